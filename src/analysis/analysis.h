@@ -1,0 +1,90 @@
+// Structure analysis of one training iteration (the seed design's first module).
+//
+// Steps are the ops in execution order, numbered 0..n-1. For every step: the tensors it reads.
+// For every tensor: producer, consumers, first and last use, and for saved activations the idle
+// interval between the last forward use and the first backward use. Live bytes per step and three
+// peaks: keep everything, free at last use, and in-place reuse plus a static memory-sharing plan.
+//
+// Memory model (shared with the executor and simulator, so that predictions are exact):
+// - Persistent tensors (weights, optimizer state) occupy their own region for the whole run.
+// - A transient tensor occupies memory from the step that produces it (step 0 for data inputs)
+//   through its last use (inclusive). During a step, its inputs and outputs coexist.
+// - Op scratch (oneDNN scratchpad, reorder buffers) is a pseudo-tensor live during its op only.
+// - In-place: an op with `inplace_capable` writes its first output into its first input's buffer
+//   when that input is transient, not a data input, has the same byte size, and dies at this op.
+//   The two tensors then form one buffer whose lifetime is the union.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/status.h"
+#include "graph/graph.h"
+
+namespace ferry {
+
+struct AnalysisOptions {
+  // Extra bytes live only during each op (size ops.size(), or empty for none).
+  std::vector<uint64_t> op_scratch_bytes;
+  bool allow_inplace = true;
+  uint64_t alignment = 64;  // every offset in the sharing plan is a multiple of this
+};
+
+struct TensorInfo {
+  OpId producer = kNoOp;          // kNoOp for inputs and persistent tensors
+  std::vector<OpId> consumers;    // ops reading it, in execution order (no duplicates)
+  OpId first_use = kNoOp;         // step it becomes live (producer, or 0 for data inputs)
+  OpId last_use = kNoOp;          // last step that reads it (= producer if never read)
+  // Saved activations: last forward step reading it, first backward step reading it, and
+  // idle_steps = first_backward_use - last_forward_use (0 when not saved for backward).
+  OpId last_forward_use = kNoOp;
+  OpId first_backward_use = kNoOp;
+  int32_t idle_steps = 0;
+  // Buffer identity after in-place merging: tensors sharing a buffer have the same buffer id.
+  int32_t buffer = -1;
+};
+
+// One buffer of the memory-sharing plan (a merged group of in-place tensors, or one op's scratch).
+struct Buffer {
+  int32_t id = -1;
+  uint64_t bytes = 0;
+  OpId first_step = 0;   // live during [first_step, last_step], inclusive
+  OpId last_step = 0;
+  std::vector<TensorId> tensors;  // tensors stored here; empty for op scratch
+  OpId scratch_of = kNoOp;        // the op whose scratch this is, or kNoOp
+};
+
+struct MemoryPlan {
+  std::vector<uint64_t> offsets;  // offset of each Buffer inside the arena
+  uint64_t arena_bytes = 0;       // end of the highest placed buffer, aligned
+  uint64_t alignment = 64;
+};
+
+struct Analysis {
+  std::vector<std::vector<TensorId>> step_inputs;  // per op: distinct tensors read, in input order
+  std::vector<TensorInfo> tensors;                 // per tensor
+  std::vector<Buffer> buffers;                     // transient buffers after in-place merging
+  MemoryPlan plan;                                 // static memory-sharing plan over `buffers`
+
+  uint64_t persistent_bytes = 0;   // weights + optimizer state
+  uint64_t weight_bytes = 0;
+  uint64_t activation_bytes = 0;   // all kActivation + kWorkspace tensors of one iteration, summed
+  // Live transient bytes during each step, without and with in-place sharing (both include scratch).
+  std::vector<uint64_t> live_bytes_free_at_last_use;
+  std::vector<uint64_t> live_bytes_shared;
+  // Peaks, all including persistent_bytes:
+  uint64_t peak_bytes_keep_all = 0;          // (a) nothing freed before the end of the iteration
+  uint64_t peak_bytes_free_at_last_use = 0;  // (b) freed at last use, no in-place
+  uint64_t lower_bound_bytes = 0;            // max over steps of live bytes with in-place
+  uint64_t peak_bytes_shared = 0;            // (c) persistent + plan.arena_bytes
+  double analysis_seconds = 0;               // wall time of analyze()
+};
+
+// Runs the whole analysis. The graph must validate. Errors: invalid graph, options size mismatch.
+Result<Analysis> analyze(const Graph& g, const AnalysisOptions& options = {});
+
+// Verifies an offset plan: every buffer placed, aligned, inside arena_bytes, and no two buffers
+// whose lifetimes overlap share any byte. Returns InvalidArgument naming the first conflict.
+Status check_memory_plan(const std::vector<Buffer>& buffers, const MemoryPlan& plan);
+
+}  // namespace ferry

@@ -1,0 +1,136 @@
+#include "graph/graph.h"
+
+#include <array>
+
+#include <fmt/format.h>
+
+namespace ferry {
+
+int64_t Tensor::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+namespace {
+
+constexpr std::array<std::string_view, 38> kOpNames = {
+#define FERRY_OP_NAME(e, s) s,
+    FERRY_OP_TYPES(FERRY_OP_NAME)
+#undef FERRY_OP_NAME
+};
+static_assert(kOpNames.size() == static_cast<size_t>(OpType::kOpaque) + 1, "update kOpNames size");
+
+constexpr std::array<std::string_view, 7> kRoleNames = {"input",    "weight",          "activation", "gradient",
+                                                         "weight_gradient", "optimizer_state", "workspace"};
+constexpr std::array<std::string_view, 3> kPhaseNames = {"forward", "backward", "update"};
+constexpr std::array<std::string_view, 6> kDTypeNames = {"f32", "f16", "bf16", "i32", "i64", "u8"};
+
+template <typename E, size_t N>
+std::optional<E> from_names(const std::array<std::string_view, N>& names, std::string_view s) {
+  for (size_t i = 0; i < N; ++i)
+    if (names[i] == s) return static_cast<E>(i);
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::string_view to_string(OpType t) { return kOpNames[static_cast<size_t>(t)]; }
+std::string_view to_string(TensorRole r) { return kRoleNames[static_cast<size_t>(r)]; }
+std::string_view to_string(Phase p) { return kPhaseNames[static_cast<size_t>(p)]; }
+std::string_view to_string(DType d) { return kDTypeNames[static_cast<size_t>(d)]; }
+std::string_view to_string(OptimizerKind k) { return k == OptimizerKind::kSgd ? "sgd" : "adam"; }
+std::optional<OpType> op_type_from_string(std::string_view s) { return from_names<OpType>(kOpNames, s); }
+std::optional<TensorRole> role_from_string(std::string_view s) { return from_names<TensorRole>(kRoleNames, s); }
+std::optional<Phase> phase_from_string(std::string_view s) { return from_names<Phase>(kPhaseNames, s); }
+std::optional<DType> dtype_from_string(std::string_view s) { return from_names<DType>(kDTypeNames, s); }
+
+uint64_t dtype_size(DType d) {
+  switch (d) {
+    case DType::kF32: return 4;
+    case DType::kF16: return 2;
+    case DType::kBF16: return 2;
+    case DType::kI32: return 4;
+    case DType::kI64: return 8;
+    case DType::kU8: return 1;
+  }
+  return 0;
+}
+
+Status Graph::validate() const {
+  const auto n_tensors = static_cast<TensorId>(tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (tensors[i].id != static_cast<TensorId>(i))
+      return Status::InvalidArgument(fmt::format("tensor '{}' at index {} has id {}", tensors[i].name, i, tensors[i].id));
+  }
+  std::vector<OpId> producer(tensors.size(), kNoOp);
+  std::vector<bool> available(tensors.size(), false);
+  for (const Tensor& t : tensors)
+    if (t.persistent() || t.role == TensorRole::kInput) available[static_cast<size_t>(t.id)] = true;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    const Op& op = ops[i];
+    if (op.id != static_cast<OpId>(i))
+      return Status::InvalidArgument(fmt::format("op '{}' at index {} has id {}", op.name, i, op.id));
+    for (TensorId t : op.inputs) {
+      if (t < 0 || t >= n_tensors)
+        return Status::InvalidArgument(fmt::format("op '{}' reads tensor id {}, which does not exist", op.name, t));
+      if (!available[static_cast<size_t>(t)])
+        return Status::InvalidArgument(fmt::format(
+            "op '{}' reads tensor '{}' before any op produces it (a cycle or wrong order)", op.name, tensors[t].name));
+    }
+    for (TensorId t : op.outputs) {
+      if (t < 0 || t >= n_tensors)
+        return Status::InvalidArgument(fmt::format("op '{}' writes tensor id {}, which does not exist", op.name, t));
+      const Tensor& tt = tensors[static_cast<size_t>(t)];
+      if (tt.persistent()) {
+        if (op.phase != Phase::kUpdate)
+          return Status::InvalidArgument(fmt::format(
+              "op '{}' in phase {} writes persistent tensor '{}' (only update ops may)", op.name,
+              to_string(op.phase), tt.name));
+        continue;
+      }
+      if (tt.role == TensorRole::kInput)
+        return Status::InvalidArgument(fmt::format("op '{}' writes input tensor '{}'", op.name, tt.name));
+      if (producer[static_cast<size_t>(t)] != kNoOp)
+        return Status::InvalidArgument(fmt::format("tensor '{}' is produced twice (by '{}' and '{}')", tt.name,
+                                                   ops[producer[t]].name, op.name));
+      for (TensorId in : op.inputs)
+        if (in == t) return Status::InvalidArgument(fmt::format("op '{}' reads its own output '{}'", op.name, tt.name));
+      producer[static_cast<size_t>(t)] = op.id;
+      available[static_cast<size_t>(t)] = true;
+    }
+  }
+  if (loss != kNoTensor && (loss < 0 || loss >= n_tensors))
+    return Status::InvalidArgument(fmt::format("loss tensor id {} does not exist", loss));
+  return Status::Ok();
+}
+
+uint64_t Graph::param_count() const {
+  uint64_t n = 0;
+  for (const Tensor& t : tensors)
+    if (t.role == TensorRole::kWeight)
+      n += t.shape.empty() ? t.bytes / dtype_size(t.dtype) : static_cast<uint64_t>(t.numel());
+  return n;
+}
+
+uint64_t Graph::weight_bytes() const {
+  uint64_t n = 0;
+  for (const Tensor& t : tensors)
+    if (t.role == TensorRole::kWeight) n += t.bytes;
+  return n;
+}
+
+uint64_t Graph::forward_macs() const {
+  uint64_t n = 0;
+  for (const Op& op : ops)
+    if (op.phase == Phase::kForward) n += op.macs;
+  return n;
+}
+
+uint64_t Graph::total_flops() const {
+  uint64_t n = 0;
+  for (const Op& op : ops) n += op.flops;
+  return n;
+}
+
+}  // namespace ferry

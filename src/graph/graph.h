@@ -1,0 +1,212 @@
+// The training-graph IR: one training iteration as tensors and ops in execution order.
+//
+// Design
+// - A Graph is plain data: `tensors` and `ops` are vectors indexed by TensorId / OpId, and the
+//   order of `ops` IS the execution order (forward, then backward, then optimizer update).
+// - Every tensor has a role. Weights and optimizer state are *persistent*: they live across
+//   iterations, are never freed, and update ops mutate them in place (an update op lists the
+//   tensors it writes in `outputs`, although they already existed). Every other tensor is
+//   *transient*: it is produced by exactly one op (or, for kInput, exists at the start of the
+//   iteration) and dies after its last use. See Note [Persistent vs transient tensors].
+// - Ops carry enough attributes (OpAttrs) for a backend to run them; graphs imported from a trace
+//   may carry no attributes, in which case they can be analysed, costed and planned but not run.
+// - Backward and update ops are derived from the forward graph by autodiff (builder.h); each
+//   backward op reads exactly what the real kernel needs (see autodiff.cc).
+//
+// Note [Persistent vs transient tensors]
+//   Persistent = kWeight and kOptimizerState. The analysis puts them in a separate region that is
+//   allocated once; lifetimes and the memory-sharing plan only concern transient tensors.
+//   Weight gradients are transient: they are produced in backward and die at the update op.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace ferry {
+
+using TensorId = int32_t;
+using OpId = int32_t;
+inline constexpr TensorId kNoTensor = -1;
+inline constexpr OpId kNoOp = -1;
+
+enum class DType : uint8_t { kF32, kF16, kBF16, kI32, kI64, kU8 };
+
+enum class TensorRole : uint8_t {
+  kInput,           // a batch of data or labels, present at the start of the iteration
+  kWeight,          // trainable parameter (persistent)
+  kActivation,      // forward intermediate (feature map), including saved statistics
+  kGradient,        // gradient of an activation or input (backward intermediate)
+  kWeightGradient,  // gradient of a weight, consumed by the optimizer update
+  kOptimizerState,  // momentum, Adam moments (persistent)
+  kWorkspace,       // kernel-private data kept from forward to backward (max-pool indices, dropout mask)
+};
+
+enum class Phase : uint8_t { kForward, kBackward, kUpdate };
+
+// Op types. Forward kernels, then the backward kernels autodiff emits, then optimizer updates.
+// `kOpaque` is for traces recorded elsewhere whose op types Ferry does not know.
+#define FERRY_OP_TYPES(X)                                                                        \
+  X(kConv2d, "conv2d")                                                                            \
+  X(kBatchNorm, "batch_norm")                                                                     \
+  X(kRelu, "relu")                                                                                \
+  X(kGelu, "gelu")                                                                                \
+  X(kMaxPool, "max_pool")                                                                         \
+  X(kAvgPool, "avg_pool")                                                                         \
+  X(kGlobalAvgPool, "global_avg_pool")                                                            \
+  X(kLinear, "linear")                                                                            \
+  X(kMatMul, "matmul")                                                                            \
+  X(kSoftmax, "softmax")                                                                          \
+  X(kLayerNorm, "layer_norm")                                                                     \
+  X(kConcat, "concat")                                                                            \
+  X(kAdd, "add")                                                                                  \
+  X(kEmbedding, "embedding")                                                                      \
+  X(kDropout, "dropout")                                                                          \
+  X(kSplitHeads, "split_heads")                                                                   \
+  X(kMergeHeads, "merge_heads")                                                                   \
+  X(kCrossEntropy, "cross_entropy")                                                               \
+  X(kConvBwdData, "conv2d_bwd_data")                                                              \
+  X(kConvBwdWeights, "conv2d_bwd_weights")                                                        \
+  X(kBatchNormBwd, "batch_norm_bwd")                                                              \
+  X(kReluBwd, "relu_bwd")                                                                         \
+  X(kGeluBwd, "gelu_bwd")                                                                         \
+  X(kMaxPoolBwd, "max_pool_bwd")                                                                  \
+  X(kAvgPoolBwd, "avg_pool_bwd")                                                                  \
+  X(kGlobalAvgPoolBwd, "global_avg_pool_bwd")                                                     \
+  X(kLinearBwdData, "linear_bwd_data")                                                            \
+  X(kLinearBwdWeights, "linear_bwd_weights")                                                      \
+  X(kSoftmaxBwd, "softmax_bwd")                                                                   \
+  X(kLayerNormBwd, "layer_norm_bwd")                                                              \
+  X(kConcatBwd, "concat_bwd")                                                                     \
+  X(kEmbeddingBwd, "embedding_bwd")                                                               \
+  X(kDropoutBwd, "dropout_bwd")                                                                   \
+  X(kCrossEntropyBwd, "cross_entropy_bwd")                                                        \
+  X(kGradAccumulate, "grad_accumulate")                                                           \
+  X(kSgdUpdate, "sgd_update")                                                                     \
+  X(kAdamUpdate, "adam_update")                                                                   \
+  X(kOpaque, "opaque")
+
+enum class OpType : uint8_t {
+#define FERRY_OP_ENUM(e, s) e,
+  FERRY_OP_TYPES(FERRY_OP_ENUM)
+#undef FERRY_OP_ENUM
+};
+
+// Attributes a backend needs to run an op. One flat struct for all op types (fields that do not
+// apply keep their defaults); backward ops copy the attributes of their forward op.
+struct OpAttrs {
+  // conv2d / pooling (NCHW). Padding is symmetric per dimension.
+  int32_t kernel_h = 0, kernel_w = 0;
+  int32_t stride_h = 1, stride_w = 1;
+  int32_t pad_h = 0, pad_w = 0;
+  int32_t groups = 1;
+  bool has_bias = false;               // conv2d, linear
+  bool count_include_pad = true;       // avg_pool
+  // linear: number of input features K; the input is viewed as [numel/K, K].
+  int64_t in_features = 0;
+  // matmul: C[b] = scale * op(A[b]) x op(B[b]); op() transposes the last two dims when set.
+  bool transpose_a = false, transpose_b = false;
+  float scale = 1.0f;
+  // softmax over the last axis; causal masks positions j > i of the last two dims.
+  bool causal = false;
+  // batch_norm / layer_norm
+  float eps = 1e-5f;
+  float momentum = 0.1f;  // batch_norm running statistics
+  // gelu: tanh approximation (GPT-2) or exact erf (BERT)
+  bool gelu_tanh = false;
+  // dropout
+  float dropout_p = 0.0f;
+  // concat axis (concat, concat_bwd)
+  int32_t axis = 1;
+  // split_heads / merge_heads: number of heads; split_heads splits [B,T,parts*H*dh] into `parts`
+  // tensors [B,H,T,dh] (parts = 3 for a fused QKV projection).
+  int32_t heads = 0;
+  int32_t parts = 1;
+  // optimizer
+  float lr = 0.0f, momentum_sgd = 0.0f, beta1 = 0.9f, beta2 = 0.999f, adam_eps = 1e-8f,
+        weight_decay = 0.0f;
+
+  bool operator==(const OpAttrs&) const = default;
+};
+
+struct Tensor {
+  TensorId id = kNoTensor;
+  std::string name;
+  std::vector<int64_t> shape;  // empty for a scalar
+  DType dtype = DType::kF32;
+  TensorRole role = TensorRole::kActivation;
+  uint64_t bytes = 0;  // storage size; for trace-imported tensors the only size known
+  // For gradients: the tensor this is the gradient of (kNoTensor otherwise).
+  TensorId grad_of = kNoTensor;
+
+  bool persistent() const { return role == TensorRole::kWeight || role == TensorRole::kOptimizerState; }
+  int64_t numel() const;
+};
+
+struct Op {
+  OpId id = kNoOp;
+  std::string name;
+  OpType type = OpType::kOpaque;
+  Phase phase = Phase::kForward;
+  std::vector<TensorId> inputs;
+  std::vector<TensorId> outputs;
+  OpAttrs attrs;
+  uint64_t flops = 0;   // floating-point operations (a multiply-add counts 2)
+  uint64_t macs = 0;    // multiply-accumulates of conv/linear/matmul (0 for other ops)
+  uint64_t bytes_read = 0;
+  uint64_t bytes_written = 0;
+  std::optional<double> time_us;  // measured time, when known (profiler, imported trace)
+  OpId forward_op = kNoOp;        // for backward ops: the forward op they differentiate
+  // The op may write its first output over its first input's buffer when that input dies here
+  // (relu, add, dropout, their backward counterparts, grad accumulation).
+  bool inplace_capable = false;
+};
+
+enum class OptimizerKind : uint8_t { kSgd, kAdam };
+
+struct GraphInfo {
+  std::string model;       // zoo name, or the trace's model name
+  int64_t batch = 0;
+  int64_t image = 0;       // input side for CNNs (0 if n/a)
+  int64_t seq = 0;         // sequence length for transformers (0 if n/a)
+  int64_t num_classes = 0; // classes or vocabulary size
+  OptimizerKind optimizer = OptimizerKind::kSgd;
+};
+
+struct Graph {
+  GraphInfo info;
+  std::vector<Tensor> tensors;
+  std::vector<Op> ops;  // execution order
+  TensorId loss = kNoTensor;
+
+  const Tensor& tensor(TensorId id) const { return tensors[static_cast<size_t>(id)]; }
+  const Op& op(OpId id) const { return ops[static_cast<size_t>(id)]; }
+
+  // Structural validation: ids in range, each transient tensor produced exactly once and before
+  // its first use, inputs exist at the start, persistent tensors never produced by forward or
+  // backward ops, no op reads its own output. Errors name the op and tensor at fault.
+  Status validate() const;
+
+  uint64_t param_count() const;        // elements of all kWeight tensors
+  uint64_t weight_bytes() const;       // bytes of all kWeight tensors
+  uint64_t forward_macs() const;       // sum of macs over forward ops
+  uint64_t total_flops() const;        // sum of flops over all ops
+};
+
+// Names for enums, used by the CLI, the trace format and messages.
+std::string_view to_string(OpType t);
+std::string_view to_string(TensorRole r);
+std::string_view to_string(Phase p);
+std::string_view to_string(DType d);
+std::string_view to_string(OptimizerKind k);
+std::optional<OpType> op_type_from_string(std::string_view s);
+std::optional<TensorRole> role_from_string(std::string_view s);
+std::optional<Phase> phase_from_string(std::string_view s);
+std::optional<DType> dtype_from_string(std::string_view s);
+uint64_t dtype_size(DType d);
+
+}  // namespace ferry
