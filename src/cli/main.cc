@@ -1,1 +1,31 @@
-int main() { return 0; }
+// The `ferry` command. Exit codes: 0 ok, 1 runtime failure, 2 bad usage or input.
+#include <cstdio>
+#include <functional>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "Ferry trains deep networks whose training memory does not fit on the accelerator: it analyses a\n"
+      "training iteration, models what every op and transfer costs, plans which tensors to keep, swap\n"
+      "or recompute, and executes that plan under a hard memory budget.\n"};
+  app.name("ferry");
+  app.require_subcommand(1);
+  app.footer("Run `ferry COMMAND --help` for the options of a command. Docs: README.md and docs/.");
+  std::function<int()> action;
+  ferry::cli::register_analyze(app, action);
+  ferry::cli::register_list_models(app, action);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "ferry: error: %s\nRun `ferry --help` for usage.\n", e.what());
+    return 2;
+  }
+  return action ? action() : 2;
+}

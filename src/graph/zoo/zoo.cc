@@ -54,9 +54,10 @@ std::vector<ModelEntry> make_zoo() {
       {"densenet169", F::kCnn, "DenseNet-169 (ImageNet, k=32)", 224, 1000, 14149480, 3.36, kTv, densenet<169>},
       {"densenet201", F::kCnn, "DenseNet-201 (ImageNet, k=32)", 224, 1000, 20013928, 4.29, kTv, densenet<201>},
       {"densenet264", F::kCnn, "DenseNet-264 (ImageNet, k=32)", 224, 1000, 0, 0, "", densenet<264>},
-      {"densenet-mini", F::kCnn, "small DenseNet (CIFAR, 2 blocks of 2 layers) for tests", 32, 10, 0, 0, "",
+      {"densenet-mini", F::kCnn, "small DenseNet-BC (CIFAR, k=12, 2 blocks of 2 layers) for tests", 32, 10, 0, 0, "",
        densenet<0>},
-      {"inception-v4", F::kCnn, "Inception-v4 (ImageNet, 299x299)", 299, 1000, 0, 0, "", build_inception_v4},
+      {"inception-v4", F::kCnn, "Inception-v4 (ImageNet, 299x299)", 299, 1000, 42679816, 12.3,
+       "timm inception_v4.tf_in1k (model card: 42.7M params, 12.3 GMACs)", build_inception_v4},
       {"bert-base", F::kTransformer, "BERT-base encoder with masked-LM head", 512, 30522, 109514298, 0, kHf,
        bert<kBertBase>},
       {"bert-large", F::kTransformer, "BERT-large encoder with masked-LM head", 512, 30522, 335174458, 0, kHf,
@@ -114,6 +115,11 @@ Result<Graph> build_model(std::string_view name, const ModelConfig& config) {
   Result<Graph> g = entry->build(c);
   if (!g.ok()) return g.status().with_context(std::string(name));
   g->info.model = entry->name;
+  g->info.batch = c.batch;
+  g->info.image = entry->family == ModelFamily::kCnn ? c.image : 0;
+  g->info.seq = entry->family == ModelFamily::kTransformer ? c.seq : 0;
+  g->info.num_classes = c.num_classes;
+  g->info.optimizer = c.train.optimizer;
   return g;
 }
 

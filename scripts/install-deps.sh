@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Installs Ferry's build and test dependencies from Debian's packages (skips what is present).
+set -euo pipefail
+packages=(build-essential cmake g++ libdnnl-dev nlohmann-json3-dev libcli11-dev libfmt-dev
+          googletest libgtest-dev libbenchmark-dev coinor-libcbc-dev libzstd-dev liblz4-dev liburing-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+echo "ferry: installing ${missing[*]}" >&2
+sudo=""
+if [[ $(id -u) -ne 0 ]]; then sudo="sudo"; fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
