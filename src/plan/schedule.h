@@ -1,0 +1,67 @@
+// Schedule: a memory plan for one training iteration, as plain data. It is the contract between
+// the planners (src/plan) and its two consumers, the simulator (src/sim) and the runtime
+// (src/runtime): both execute the same Schedule, so what was predicted is what runs.
+//
+// Model
+// - The iteration is the graph's ops in order (steps 0..n-1). Around every step the schedule
+//   lists actions: `before[i]` run before op i starts, `after[i]` run after op i completes.
+// - Without actions, a transient tensor is allocated when it comes alive (its producer's step,
+//   step 0 for data inputs) and freed after its last use: the "keep" plan, policy `none`.
+// - kSwapOut(t, tier): start copying t to the tier (host memory or SSD) on the device-to-host
+//   stream. It does not free anything by itself.
+// - kRelease(t): free t's device memory. If a swap-out of t is in flight, wait for it first
+//   (a stall the simulator counts). A released tensor must be brought back (kSwapIn or
+//   kRecompute) before any later op reads it.
+// - kSwapIn(t): allocate device memory for t and start copying it back on the host-to-device
+//   stream. An op that reads t waits for the copy (a stall if it is not done).
+// - kRecompute(t): allocate t and re-run its producer op on the compute stream (its inputs must
+//   be on the device then). Recomputing a chain is a sequence of kRecompute actions in order.
+// - Memory is allocated dynamically, in program order, by the same best-fit OffsetAllocator in
+//   the simulator and the runtime; since the order of allocations and frees is a function of the
+//   Schedule alone (never of timing), both see the same addresses and the same peak.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "graph/graph.h"
+
+namespace ferry {
+
+enum class Tier : uint8_t { kHost, kSsd };
+
+enum class ActionKind : uint8_t { kSwapOut, kRelease, kSwapIn, kRecompute };
+
+struct Action {
+  ActionKind kind = ActionKind::kRelease;
+  TensorId tensor = kNoTensor;
+  Tier tier = Tier::kHost;  // for kSwapOut / kSwapIn
+  bool operator==(const Action&) const = default;
+};
+
+struct Schedule {
+  std::string policy = "none";
+  uint64_t budget_bytes = 0;                // the device capacity the plan was made for (0 = none)
+  std::vector<std::vector<Action>> before;  // per step
+  std::vector<std::vector<Action>> after;   // per step
+
+  // The empty plan for a graph with `steps` ops: keep everything, free at last use.
+  static Schedule keep_all(size_t steps) {
+    Schedule s;
+    s.before.resize(steps);
+    s.after.resize(steps);
+    return s;
+  }
+  size_t num_actions() const {
+    size_t n = 0;
+    for (const auto& v : before) n += v.size();
+    for (const auto& v : after) n += v.size();
+    return n;
+  }
+};
+
+std::string_view to_string(ActionKind k);
+std::string_view to_string(Tier t);
+
+}  // namespace ferry
