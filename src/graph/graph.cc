@@ -100,6 +100,15 @@ Status Graph::validate() const {
       available[static_cast<size_t>(t)] = true;
     }
   }
+  // Every byte count Ferry derives (peaks, sums, arena sizes) is at most the sum of all tensor
+  // bytes; refusing graphs where that sum overflows keeps all later arithmetic exact.
+  uint64_t total = 0;
+  for (const Tensor& t : tensors) {
+    if (__builtin_add_overflow(total, t.bytes, &total) || total > (uint64_t{1} << 62))
+      return Status::InvalidArgument(fmt::format(
+          "the tensors of this iteration need more than 2^62 bytes in total (at tensor '{}'): sizes too large",
+          t.name));
+  }
   if (loss != kNoTensor && (loss < 0 || loss >= n_tensors))
     return Status::InvalidArgument(fmt::format("loss tensor id {} does not exist", loss));
   return Status::Ok();
