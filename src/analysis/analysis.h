@@ -13,6 +13,20 @@
 // - In-place: an op with `inplace_capable` writes its first output into its first input's buffer
 //   when that input is transient, not a data input, has the same byte size, and dies at this op.
 //   The two tensors then form one buffer whose lifetime is the union.
+//
+// Conventions (the executor and simulator follow them too):
+// - Live bytes and peaks count each tensor's `bytes` as is; alignment padding exists only in the
+//   sharing plan, where every buffer occupies [offset, offset + bytes) with an aligned offset.
+// - A transient tensor that no op reads is live during its producer's step only (a data input
+//   that no op reads: during step 0). A transient tensor that is neither a data input nor produced
+//   by any op never exists: no buffer, first_use = last_use = kNoOp.
+// - The loss (Graph::loss) stays live through the final step: the caller reads it after the
+//   iteration.
+// - Persistent tensors have first_use = 0 and last_use = the final step, and no buffer.
+// - Keep-all frees nothing but op scratch, which exists during its op only.
+// - Buffers are numbered in the order they come alive (data inputs first, then by step; at one
+//   step: the op's outputs in order, then its scratch if non-zero), so `buffers` is sorted by
+//   first_step.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +51,9 @@ struct TensorInfo {
   OpId last_use = kNoOp;          // last step that reads it (= producer if never read)
   // Saved activations: last forward step reading it, first backward step reading it, and
   // idle_steps = first_backward_use - last_forward_use (0 when not saved for backward).
+  // The step a transient tensor comes alive counts as a use, so a tensor produced in forward and
+  // read only in backward (max-pool indices, batch-norm statistics) is saved too. Either step is
+  // kNoOp when there is none.
   OpId last_forward_use = kNoOp;
   OpId first_backward_use = kNoOp;
   int32_t idle_steps = 0;
@@ -67,6 +84,9 @@ struct Analysis {
   MemoryPlan plan;                                 // static memory-sharing plan over `buffers`
 
   uint64_t persistent_bytes = 0;   // weights + optimizer state
+  // The persistent region as the executor lays it out: every persistent tensor at an offset aligned
+  // to AnalysisOptions::alignment, in tensor-id order (sum of the aligned sizes).
+  uint64_t persistent_region_bytes = 0;
   uint64_t weight_bytes = 0;
   uint64_t activation_bytes = 0;   // all kActivation + kWorkspace tensors of one iteration, summed
   // Live transient bytes during each step, without and with in-place sharing (both include scratch).
@@ -76,7 +96,7 @@ struct Analysis {
   uint64_t peak_bytes_keep_all = 0;          // (a) nothing freed before the end of the iteration
   uint64_t peak_bytes_free_at_last_use = 0;  // (b) freed at last use, no in-place
   uint64_t lower_bound_bytes = 0;            // max over steps of live bytes with in-place
-  uint64_t peak_bytes_shared = 0;            // (c) persistent + plan.arena_bytes
+  uint64_t peak_bytes_shared = 0;            // (c) persistent_region_bytes + plan.arena_bytes
   double analysis_seconds = 0;               // wall time of analyze()
 };
 
@@ -86,5 +106,7 @@ Result<Analysis> analyze(const Graph& g, const AnalysisOptions& options = {});
 // Verifies an offset plan: every buffer placed, aligned, inside arena_bytes, and no two buffers
 // whose lifetimes overlap share any byte. Returns InvalidArgument naming the first conflict.
 Status check_memory_plan(const std::vector<Buffer>& buffers, const MemoryPlan& plan);
+// The same, naming tensors and scratch owners by their names in `g`.
+Status check_memory_plan(const Graph& g, const std::vector<Buffer>& buffers, const MemoryPlan& plan);
 
 }  // namespace ferry

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   app.footer("Run `ferry COMMAND --help` for the options of a command. Docs: README.md and docs/.");
   std::function<int()> action;
   ferry::cli::register_analyze(app, action);
+  ferry::cli::register_train(app, action);
   ferry::cli::register_list_models(app, action);
   try {
     app.parse(argc, argv);

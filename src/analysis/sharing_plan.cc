@@ -1,0 +1,333 @@
+// Static memory-sharing planner (greedy best fit over lifetimes).
+//
+// Design
+// - Offline placement, as in TVM's and MXNet's planners: every lifetime is known before anything
+//   is placed. Buffers are visited in some order; each goes to the smallest gap, among the byte
+//   ranges held by already-placed buffers whose lifetimes overlap its own, that fits it (best
+//   fit), or on top of them. Offsets and sizes are rounded up to the alignment, so every gap
+//   boundary is aligned and "fits" is a plain comparison.
+// - The costly part is the conflict query. In a deep network a saved activation overlaps thousands
+//   of others (every activation saved for backward is live at the turn from forward to backward),
+//   so enumerating conflicting buffers per query is quadratic. We never enumerate them: an
+//   occupancy tree over steps keeps *unions* of occupied byte ranges (Note [Occupancy tree]), and
+//   a query merges O(log steps) short range lists. Adjacent placed buffers coalesce into one
+//   range, so the lists stay short exactly when the packing is good: on pre-activation
+//   ResNet-1001 (9k buffers) a query merges 55-85 ranges and a whole placement takes ~0.05 s.
+//   Longest-lifetime-first scatters buffers (~2000 ranges a query, 15x slower), one reason it is
+//   not among the default orders.
+// - No order wins on every graph: size-descending packs big feature maps first; start order is
+//   what an online allocator would do, and it follows the first-in-last-out stack of saved
+//   activations; reverse order does the same from the end of the iteration, which suits graphs
+//   whose backward pass is the crowded part. plan_memory_sharing() tries each and keeps the
+//   smallest, then, if that is not within 0.4% of the lower bound, refines the time-ordered
+//   sequences (Note [Promoting the buffer on top]).
+//
+// Note [Promoting the buffer on top]
+//   Placement in time order fails in one typical way: a buffer arrives when the bytes below the
+//   current top are cut into holes too small for it, so it lands on top and sets the arena size.
+//   Visiting it first instead reserves it a place at the bottom, and the others fit around it.
+//   Refinement repeats that move: rotate the buffer that ends highest to the front of the
+//   sequence, place everything again, keep the best plan seen. It helps the time-ordered
+//   sequences (size-descending already visits large buffers first); on the model zoo at batch 1
+//   it takes BERT-base from 2.7% above the bound to 0.01%. Each round is a full placement, so
+//   rounds are capped by a budget of buffer placements, which keeps large graphs fast.
+//
+// Note [Occupancy tree]
+//   A segment tree over steps; node v covers a range of steps R(v). Each node keeps two sets of
+//   disjoint byte ranges:
+//     stored(v): ranges of buffers whose lifetime's canonical decomposition contains v (their
+//                lifetime covers all of R(v));
+//     below(v):  contains stored(u) for every u in v's subtree, and only ranges of buffers whose
+//                lifetime intersects R(v).
+//   Adding buffer X with lifetime [a, b] inserts its range into stored and below of its canonical
+//   nodes, and into below of every node on the leaf-to-root paths of a and b (those nodes contain
+//   a or b, so X intersects them; the ancestors of all canonical nodes lie on these two paths).
+//   The bytes occupied at some step of a query [a, b] are exactly
+//     union of below(c) over the canonical nodes c of [a, b]
+//     union of stored(p) over the nodes p on the leaf-to-root paths of a and b.
+//   Completeness: a placed X overlapping [a, b] at step s has a canonical node d containing s, and
+//   so does the query (node c). Either d is in c's subtree (X is in below(c)), or d is a strict
+//   ancestor of c; canonical nodes are maximal, so d is not inside [a, b] yet intersects it, hence
+//   contains a or b and lies on one of the two paths (X is in stored(d)). Soundness follows from
+//   the two invariants. Each add and query touches O(log steps) nodes.
+
+#include "analysis/sharing_plan.h"
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <limits>
+#include <numeric>
+
+#include "common/units.h"
+
+namespace ferry {
+
+namespace {
+
+// Refinement runs only when the arena is not within bound/256 (0.4%) of the lower bound; per
+// order it spends at most kPromotionBudget buffer placements and kMaxPromotionRounds full
+// placements, and gives up after kMaxStalledRounds rounds without a smaller arena.
+constexpr uint64_t kGoodEnoughDivisor = 256;
+constexpr size_t kPromotionBudget = 32768;
+constexpr size_t kMaxPromotionRounds = 32;
+constexpr size_t kMaxStalledRounds = 8;
+
+struct ByteRange {
+  uint64_t lo = 0;  // first byte
+  uint64_t hi = 0;  // one past the last byte
+};
+
+// A union of byte ranges kept as sorted, disjoint, non-touching ranges.
+class RangeSet {
+ public:
+  // Unites [lo, hi) into the set, coalescing with every range it overlaps or touches.
+  void add(ByteRange r) {
+    // First range that ends at or after r.lo: everything before it lies strictly below r.
+    auto first = std::lower_bound(ranges_.begin(), ranges_.end(), r.lo,
+                                  [](const ByteRange& x, uint64_t lo) { return x.hi < lo; });
+    auto last = first;
+    while (last != ranges_.end() && last->lo <= r.hi) {
+      r.lo = std::min(r.lo, last->lo);
+      r.hi = std::max(r.hi, last->hi);
+      ++last;
+    }
+    if (first == last) {
+      ranges_.insert(first, r);
+    } else {
+      *first = r;
+      ranges_.erase(first + 1, last);
+    }
+  }
+
+  const std::vector<ByteRange>& ranges() const { return ranges_; }
+
+ private:
+  std::vector<ByteRange> ranges_;
+};
+
+// See Note [Occupancy tree].
+class OccupancyTree {
+ public:
+  explicit OccupancyTree(size_t num_steps)
+      : leaves_(std::bit_ceil(std::max<size_t>(num_steps, 1))), stored_(2 * leaves_), below_(2 * leaves_) {}
+
+  // Marks `r` occupied during steps [first, last].
+  void add(size_t first, size_t last, ByteRange r) {
+    for (size_t lo = first + leaves_, hi = last + leaves_ + 1; lo < hi; lo >>= 1, hi >>= 1) {
+      if (lo & 1) {
+        stored_[lo].add(r);
+        below_[lo++].add(r);
+      }
+      if (hi & 1) {
+        stored_[--hi].add(r);
+        below_[hi].add(r);
+      }
+    }
+    size_t a = first + leaves_, b = last + leaves_;
+    for (; a != b; a >>= 1, b >>= 1) {
+      below_[a].add(r);
+      below_[b].add(r);
+    }
+    for (; a >= 1; a >>= 1) below_[a].add(r);
+  }
+
+  // Appends every range occupied at some step of [first, last]; unsorted, possibly overlapping.
+  void collect(size_t first, size_t last, std::vector<ByteRange>& out) const {
+    auto append = [&out](const RangeSet& s) { out.insert(out.end(), s.ranges().begin(), s.ranges().end()); };
+    for (size_t lo = first + leaves_, hi = last + leaves_ + 1; lo < hi; lo >>= 1, hi >>= 1) {
+      if (lo & 1) append(below_[lo++]);
+      if (hi & 1) append(below_[--hi]);
+    }
+    size_t a = first + leaves_, b = last + leaves_;
+    for (; a != b; a >>= 1, b >>= 1) {
+      append(stored_[a]);
+      append(stored_[b]);
+    }
+    for (; a >= 1; a >>= 1) append(stored_[a]);
+  }
+
+ private:
+  size_t leaves_;
+  std::vector<RangeSet> stored_;
+  std::vector<RangeSet> below_;
+};
+
+size_t num_steps_of(const std::vector<Buffer>& buffers) {
+  size_t n = 0;
+  for (const Buffer& b : buffers) n = std::max(n, static_cast<size_t>(b.last_step) + 1);
+  return n;
+}
+
+std::vector<size_t> visiting_order(const std::vector<Buffer>& buffers, PlacementOrder order) {
+  std::vector<size_t> idx(buffers.size());
+  std::iota(idx.begin(), idx.end(), size_t{0});
+  auto length = [&](size_t i) { return buffers[i].last_step - buffers[i].first_step; };
+  auto by = [&](auto&& less) { std::sort(idx.begin(), idx.end(), less); };
+  switch (order) {
+    case PlacementOrder::kSizeDesc:
+      by([&](size_t x, size_t y) {
+        const Buffer &a = buffers[x], &b = buffers[y];
+        if (a.bytes != b.bytes) return a.bytes > b.bytes;
+        if (length(x) != length(y)) return length(x) > length(y);
+        if (a.first_step != b.first_step) return a.first_step < b.first_step;
+        return x < y;
+      });
+      break;
+    case PlacementOrder::kLifetimeDesc:
+      by([&](size_t x, size_t y) {
+        const Buffer &a = buffers[x], &b = buffers[y];
+        if (length(x) != length(y)) return length(x) > length(y);
+        if (a.bytes != b.bytes) return a.bytes > b.bytes;
+        if (a.first_step != b.first_step) return a.first_step < b.first_step;
+        return x < y;
+      });
+      break;
+    case PlacementOrder::kStartOrder:
+      by([&](size_t x, size_t y) {
+        const Buffer &a = buffers[x], &b = buffers[y];
+        if (a.first_step != b.first_step) return a.first_step < b.first_step;
+        if (a.bytes != b.bytes) return a.bytes > b.bytes;
+        return x < y;
+      });
+      break;
+    case PlacementOrder::kReverseOrder:
+      by([&](size_t x, size_t y) {
+        const Buffer &a = buffers[x], &b = buffers[y];
+        if (a.last_step != b.last_step) return a.last_step > b.last_step;
+        if (a.bytes != b.bytes) return a.bytes > b.bytes;
+        return x < y;
+      });
+      break;
+  }
+  return idx;
+}
+
+// Offset of the smallest gap in `occupied` (sorted by lo) that holds `size` bytes, or the top of
+// the occupied ranges when none does. All bounds are aligned, so gaps need no rounding.
+uint64_t best_fit(const std::vector<ByteRange>& occupied, uint64_t size) {
+  uint64_t cursor = 0;  // end of the ranges seen so far
+  uint64_t best_offset = 0, best_gap = std::numeric_limits<uint64_t>::max();
+  bool found = false;
+  for (const ByteRange& r : occupied) {
+    if (r.lo > cursor) {
+      const uint64_t gap = r.lo - cursor;
+      if (gap >= size && gap < best_gap) {
+        best_gap = gap;
+        best_offset = cursor;
+        found = true;
+        if (gap == size) break;  // an exact fit cannot be beaten
+      }
+    }
+    cursor = std::max(cursor, r.hi);
+  }
+  return found ? best_offset : cursor;
+}
+
+// Places the buffers one by one in `sequence` (a permutation of buffer indices), best fit.
+MemoryPlan place_in_sequence(const std::vector<Buffer>& buffers, uint64_t alignment,
+                             const std::vector<size_t>& sequence) {
+  FERRY_CHECK(alignment > 0 && std::has_single_bit(alignment), "alignment {} is not a power of two", alignment);
+  MemoryPlan plan;
+  plan.alignment = alignment;
+  plan.offsets.assign(buffers.size(), 0);
+  OccupancyTree tree(num_steps_of(buffers));
+  std::vector<ByteRange> occupied;
+  for (size_t i : sequence) {
+    const Buffer& b = buffers[i];
+    FERRY_CHECK(b.first_step >= 0 && b.first_step <= b.last_step, "buffer {} has lifetime [{}, {}]", b.id,
+                b.first_step, b.last_step);
+    if (b.bytes == 0) continue;  // occupies nothing; offset 0 conflicts with no one
+    const uint64_t size = align_up(b.bytes, alignment);
+    occupied.clear();
+    tree.collect(static_cast<size_t>(b.first_step), static_cast<size_t>(b.last_step), occupied);
+    std::sort(occupied.begin(), occupied.end(), [](const ByteRange& x, const ByteRange& y) { return x.lo < y.lo; });
+    const uint64_t offset = best_fit(occupied, size);
+    plan.offsets[i] = offset;
+    plan.arena_bytes = std::max(plan.arena_bytes, offset + size);
+    tree.add(static_cast<size_t>(b.first_step), static_cast<size_t>(b.last_step), {offset, offset + size});
+  }
+  return plan;
+}
+
+// The buffer whose aligned end is highest in `plan` (the lowest index among equals).
+size_t highest_buffer(const std::vector<Buffer>& buffers, const MemoryPlan& plan) {
+  size_t top = 0;
+  uint64_t top_end = 0;
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    const uint64_t end = plan.offsets[i] + align_up(buffers[i].bytes, plan.alignment);
+    if (buffers[i].bytes > 0 && end > top_end) {
+      top = i;
+      top_end = end;
+    }
+  }
+  return top;
+}
+
+}  // namespace
+
+std::string_view to_string(PlacementOrder order) {
+  switch (order) {
+    case PlacementOrder::kSizeDesc: return "size-desc";
+    case PlacementOrder::kLifetimeDesc: return "lifetime-desc";
+    case PlacementOrder::kStartOrder: return "start-order";
+    case PlacementOrder::kReverseOrder: return "reverse-order";
+  }
+  return "?";
+}
+
+MemoryPlan place_buffers(const std::vector<Buffer>& buffers, uint64_t alignment, PlacementOrder order) {
+  return place_in_sequence(buffers, alignment, visiting_order(buffers, order));
+}
+
+MemoryPlan plan_memory_sharing(const std::vector<Buffer>& buffers, uint64_t alignment) {
+  const uint64_t bound = aligned_live_lower_bound(buffers, alignment);
+  std::array<MemoryPlan, kDefaultPlacementOrders.size()> plans;
+  size_t best = 0;
+  for (size_t k = 0; k < plans.size(); ++k) {
+    plans[k] = place_buffers(buffers, alignment, kDefaultPlacementOrders[k]);
+    if (plans[k].arena_bytes < plans[best].arena_bytes) best = k;
+    if (plans[best].arena_bytes <= bound) return plans[best];  // optimal: nothing can do better
+  }
+  if (plans[best].arena_bytes - bound <= bound / kGoodEnoughDivisor) return plans[best];
+
+  // See Note [Promoting the buffer on top].
+  MemoryPlan refined = plans[best];
+  const size_t rounds = std::min(kMaxPromotionRounds, kPromotionBudget / std::max<size_t>(buffers.size(), 1));
+  for (size_t k = 0; k < plans.size(); ++k) {
+    const PlacementOrder order = kDefaultPlacementOrders[k];
+    if (order != PlacementOrder::kStartOrder && order != PlacementOrder::kReverseOrder) continue;
+    std::vector<size_t> sequence = visiting_order(buffers, order);
+    MemoryPlan plan = plans[k];
+    uint64_t order_best = plan.arena_bytes;
+    for (size_t round = 0, stalled = 0; round < rounds && stalled < kMaxStalledRounds; ++round) {
+      const auto top = std::find(sequence.begin(), sequence.end(), highest_buffer(buffers, plan));
+      std::rotate(sequence.begin(), top, top + 1);
+      plan = place_in_sequence(buffers, alignment, sequence);
+      stalled = plan.arena_bytes < order_best ? 0 : stalled + 1;
+      order_best = std::min(order_best, plan.arena_bytes);
+      if (plan.arena_bytes < refined.arena_bytes) refined = plan;
+      if (refined.arena_bytes <= bound) return refined;
+    }
+  }
+  return refined;
+}
+
+uint64_t aligned_live_lower_bound(const std::vector<Buffer>& buffers, uint64_t alignment) {
+  // Difference array: +size at the first step, -size one past the last.
+  std::vector<uint64_t> delta(num_steps_of(buffers) + 1, 0);
+  for (const Buffer& b : buffers) {
+    if (b.bytes == 0) continue;
+    const uint64_t size = align_up(b.bytes, alignment);
+    delta[static_cast<size_t>(b.first_step)] += size;
+    delta[static_cast<size_t>(b.last_step) + 1] -= size;  // wraps, and the running sum wraps back
+  }
+  uint64_t live = 0, peak = 0;
+  for (size_t s = 0; s + 1 < delta.size(); ++s) {
+    live += delta[s];
+    peak = std::max(peak, live);
+  }
+  return peak;
+}
+
+}  // namespace ferry

@@ -1,0 +1,142 @@
+// `ferry train`: trains a network on the CPU backend inside a device arena of a fixed budget.
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "backend/backend.h"
+#include "cli/commands.h"
+#include "cli/options.h"
+#include "common/units.h"
+#include "data/data.h"
+#include "runtime/executor.h"
+
+namespace ferry::cli {
+
+namespace {
+
+struct TrainCliOptions {
+  GraphOptions graph;
+  int64_t iters = 20;
+  std::string budget;
+  uint64_t seed = 1;
+  int threads = 0;
+  std::string data = "synthetic";
+  bool json = false;
+  bool no_progress = false;
+};
+
+void progress(int64_t done, int64_t total, double ms, float loss) {
+  constexpr int kWidth = 30;
+  int filled = static_cast<int>(kWidth * done / std::max<int64_t>(total, 1));
+  std::fprintf(stderr, "\r  [%s%s] %lld/%lld  %.0f ms/iter  loss %.4f ", std::string(filled, '#').c_str(),
+               std::string(kWidth - filled, '.').c_str(), static_cast<long long>(done), static_cast<long long>(total),
+               ms, loss);
+  if (done == total) std::fprintf(stderr, "\n");
+  std::fflush(stderr);
+}
+
+int run_train(const TrainCliOptions& o) {
+  if (o.iters <= 0) return report(Status::InvalidArgument(fmt::format("--iters must be positive, got {}", o.iters)));
+  if (o.threads < 0) return report(Status::InvalidArgument("--threads must not be negative"));
+  uint64_t budget = 0;
+  if (!o.budget.empty()) {
+    Result<uint64_t> b = parse_bytes(o.budget);
+    if (!b.ok()) return report(b.status());
+    if (*b == 0) return report(Status::InvalidArgument("--budget must be positive"));
+    budget = *b;
+  }
+  if (o.threads > 0) omp_set_num_threads(o.threads);
+  Result<Graph> g = load_graph(o.graph);
+  if (!g.ok()) return report(g.status());
+  Result<std::unique_ptr<DataSource>> data = open_data(o.data, *g, o.seed);
+  if (!data.ok()) return report(data.status());
+  Result<std::unique_ptr<Backend>> backend = make_backend("cpu");
+  if (!backend.ok()) return report(backend.status());
+  ExecutorOptions eo;
+  eo.budget_bytes = budget;
+  eo.seed = o.seed;
+  Result<std::unique_ptr<Executor>> ex = Executor::create(*g, **backend, eo);
+  if (!ex.ok()) return report(ex.status());
+  Executor& e = **ex;
+  if (Status s = e.initialize(); !s.ok()) return report(s);
+
+  const bool show_progress = !o.no_progress && !o.json && isatty(STDERR_FILENO);
+  if (!o.json)
+    std::printf("Training %s for %lld iterations on %s data, %d threads, budget %s (plan needs %s)\n",
+                describe(*g).c_str(), static_cast<long long>(o.iters), (*data)->name().c_str(), omp_get_max_threads(),
+                format_bytes(e.budget_bytes()).c_str(), format_bytes(e.required_bytes()).c_str());
+  std::vector<IterationStats> stats;
+  for (int64_t it = 0; it < o.iters; ++it) {
+    Result<IterationStats> r = e.run_iteration(it, **data);
+    if (!r.ok()) {
+      if (show_progress) std::fprintf(stderr, "\n");
+      return report(r.status().with_context(fmt::format("iteration {}", it)));
+    }
+    stats.push_back(*r);
+    if (!std::isfinite(r->loss)) {
+      if (show_progress) std::fprintf(stderr, "\n");
+      return report(Status::Internal(fmt::format("iteration {}: the loss is {} (diverged; lower --lr)", it, r->loss)));
+    }
+    if (show_progress) progress(it + 1, o.iters, r->time_ms, r->loss);
+  }
+  std::vector<double> times;
+  for (const IterationStats& s : stats) times.push_back(s.time_ms);
+  // The first iteration pays one-time costs (kernel JIT, first touches); leave it out when we can.
+  std::vector<double> steady(times.size() > 1 ? times.begin() + 1 : times.begin(), times.end());
+  std::nth_element(steady.begin(), steady.begin() + static_cast<long>(steady.size() / 2), steady.end());
+  const double median = steady[steady.size() / 2];
+
+  if (o.json) {
+    nlohmann::json j;
+    j["model"] = g->info.model;
+    j["batch"] = g->info.batch;
+    j["threads"] = omp_get_max_threads();
+    j["data"] = (*data)->name();
+    j["iterations"] = nlohmann::json::array();
+    for (const IterationStats& s : stats)
+      j["iterations"].push_back({{"iter", s.iteration}, {"loss", s.loss}, {"time_ms", s.time_ms}});
+    j["median_iter_ms"] = median;
+    j["peak_device_bytes"] = e.peak_device_bytes();
+    j["predicted_peak_bytes"] = e.required_bytes();
+    j["budget_bytes"] = e.budget_bytes();
+    j["persistent_bytes"] = e.persistent_region_bytes();
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
+  std::printf("  loss            %.4f -> %.4f (first -> last iteration)\n", stats.front().loss, stats.back().loss);
+  std::printf("  iteration time  median %.1f ms (first %.1f ms)\n", median, times.front());
+  std::printf("  device memory   peak %s of budget %s (predicted %s; weights+state %s)\n",
+              format_bytes(e.peak_device_bytes()).c_str(), format_bytes(e.budget_bytes()).c_str(),
+              format_bytes(e.required_bytes()).c_str(), format_bytes(e.persistent_region_bytes()).c_str());
+  return 0;
+}
+
+}  // namespace
+
+void register_train(CLI::App& app, std::function<int()>& action) {
+  auto o = std::make_shared<TrainCliOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "train", "Train a network on the CPU backend inside a device arena of a fixed budget and report losses, "
+               "iteration times and the peak device memory");
+  add_graph_options(cmd, o->graph, "preact-resnet164", 32);
+  cmd->add_option("--iters", o->iters, "Training iterations")->capture_default_str();
+  cmd->add_option("--budget", o->budget,
+                  "Device memory budget: bytes or with a unit (6GiB, 512MiB, 1.5GB). Default: what the plan needs. "
+                  "Too small a budget fails before the first kernel, saying how much is needed");
+  cmd->add_option("--lr", o->graph.lr, "Learning rate (default: 0.01 for sgd, 0.001 for adam)");
+  cmd->add_option("--seed", o->seed, "Seed of the weights, the synthetic data and dropout")->capture_default_str();
+  cmd->add_option("--threads", o->threads, "Compute threads (default: all cores)");
+  cmd->add_option("--data", o->data, "Training data: synthetic (learnable, built in) or cifar10:DIR (binary batches)")
+      ->capture_default_str();
+  cmd->add_flag("--json", o->json, "Print the results as JSON (for scripts)");
+  cmd->add_flag("--no-progress", o->no_progress, "No progress bar");
+  cmd->callback([o, &action] { action = [o] { return run_train(*o); }; });
+}
+
+}  // namespace ferry::cli

@@ -1,0 +1,158 @@
+// The greedy memory-sharing planner: best-fit choices worked out by hand, alignment, the shapes
+// whose optimum is known (nested lifetimes, disjoint lifetimes), and random buffer sets checked
+// against the plan checker, an all-pairs check and the aligned lower bound.
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "analysis/analysis.h"
+#include "analysis/analysis_test_util.h"
+#include "analysis/sharing_plan.h"
+#include "common/units.h"
+
+namespace ferry {
+namespace {
+
+using analysis_test::brute_force_disjoint;
+
+Buffer buffer(int32_t id, uint64_t bytes, OpId first, OpId last) {
+  Buffer b;
+  b.id = id;
+  b.bytes = bytes;
+  b.first_step = first;
+  b.last_step = last;
+  return b;
+}
+
+TEST(SharingPlan, BestFitTakesTheSmallestGapThatFits) {
+  // Size-descending order, alignment 1:
+  //   A 600 [0,0] -> 0;  B 500 [0,2] -> 600 (above A);  C 400 [0,0] -> 1100 (above A, B);
+  //   D 300 [0,2] -> 1500 (above A, B, C).
+  //   E 250 [1,2] conflicts with B [600,1100) and D [1500,1800): gaps [0,600) and [1100,1500);
+  //     best fit takes the smaller one -> 1100 (first fit would take 0).
+  //   F 200 [1,2] conflicts with B, D, E [1100,1350): gaps [0,600) and [1350,1500) (150, too
+  //     small) -> 0.
+  const std::vector<Buffer> bufs = {buffer(0, 600, 0, 0), buffer(1, 500, 0, 2), buffer(2, 400, 0, 0),
+                                    buffer(3, 300, 0, 2), buffer(4, 250, 1, 2), buffer(5, 200, 1, 2)};
+  const MemoryPlan p = place_buffers(bufs, 1, PlacementOrder::kSizeDesc);
+  EXPECT_EQ(p.offsets, (std::vector<uint64_t>{0, 600, 1100, 1500, 1100, 0}));
+  EXPECT_EQ(p.arena_bytes, 1800u);
+  EXPECT_EQ(p.alignment, 1u);
+  EXPECT_TRUE(check_memory_plan(bufs, p).ok());
+}
+
+TEST(SharingPlan, OffsetsAndSizesAreRoundedToTheAlignment) {
+  // Two 100-byte buffers sharing step 1: each takes 128 bytes at alignment 64.
+  const std::vector<Buffer> bufs = {buffer(0, 100, 0, 1), buffer(1, 100, 1, 2)};
+  for (PlacementOrder order : kAllPlacementOrders) {
+    const MemoryPlan p = place_buffers(bufs, 64, order);
+    EXPECT_EQ(p.arena_bytes, 256u) << to_string(order);
+    EXPECT_EQ(p.offsets[0] + p.offsets[1], 128u) << to_string(order);  // one at 0, one at 128
+  }
+  EXPECT_EQ(aligned_live_lower_bound(bufs, 64), 256u);
+  EXPECT_EQ(aligned_live_lower_bound(bufs, 1), 200u);
+}
+
+TEST(SharingPlan, NestedLifetimesStackWithoutWaste) {
+  // First-in-last-out: buffer i lives [i, 19 - i], so all ten are live at steps 9 and 10 and
+  // no plan beats the sum of their sizes.
+  std::vector<Buffer> bufs;
+  uint64_t sum = 0;
+  for (int i = 0; i < 10; ++i) {
+    bufs.push_back(buffer(i, 64 * static_cast<uint64_t>(1 + (i * 7) % 5), i, 19 - i));
+    sum += bufs.back().bytes;
+  }
+  for (PlacementOrder order : kAllPlacementOrders) {
+    const MemoryPlan p = place_buffers(bufs, 64, order);
+    EXPECT_EQ(p.arena_bytes, sum) << to_string(order);
+    EXPECT_TRUE(check_memory_plan(bufs, p).ok()) << to_string(order);
+  }
+}
+
+TEST(SharingPlan, DisjointLifetimesReuseTheSameBytes) {
+  std::vector<Buffer> bufs;
+  for (int i = 0; i < 10; ++i) bufs.push_back(buffer(i, 64 * static_cast<uint64_t>(1 + i % 4), i, i));
+  for (PlacementOrder order : kAllPlacementOrders) {
+    const MemoryPlan p = place_buffers(bufs, 64, order);
+    EXPECT_EQ(p.arena_bytes, 256u) << to_string(order);
+    for (uint64_t off : p.offsets) EXPECT_EQ(off, 0u) << to_string(order);
+  }
+}
+
+TEST(SharingPlan, ZeroByteBuffersTakeNoSpace) {
+  const std::vector<Buffer> bufs = {buffer(0, 0, 0, 3), buffer(1, 64, 0, 3), buffer(2, 0, 1, 1)};
+  const MemoryPlan p = plan_memory_sharing(bufs, 64);
+  EXPECT_EQ(p.arena_bytes, 64u);
+  EXPECT_EQ(p.offsets, (std::vector<uint64_t>{0, 0, 0}));
+  EXPECT_TRUE(check_memory_plan(bufs, p).ok());
+  EXPECT_EQ(plan_memory_sharing({}, 64).arena_bytes, 0u);
+}
+
+TEST(SharingPlan, EachOrderVisitsBuffersItsOwnWay) {
+  // L 64 [0,3]; S1 256 [0,0]; S2 256 [1,3].
+  //   size-desc: S2 (256, the longer of the two) -> 0, S1 (no conflict with S2) -> 0, L -> 256.
+  //   lifetime-desc: L -> 0, S2 -> 64, S1 (conflicts with L only) -> 64.
+  //   start order, larger first within a step: S1 -> 0, L -> 256, S2 fits exactly under L -> 0.
+  //   reverse order (last step 3 first, larger first): S2 -> 0, L -> 256, S1 under L -> 0.
+  // Every order reaches the bound here, 256 + 64.
+  const std::vector<Buffer> bufs = {buffer(0, 64, 0, 3), buffer(1, 256, 0, 0), buffer(2, 256, 1, 3)};
+  EXPECT_EQ(place_buffers(bufs, 64, PlacementOrder::kSizeDesc).offsets, (std::vector<uint64_t>{256, 0, 0}));
+  EXPECT_EQ(place_buffers(bufs, 64, PlacementOrder::kLifetimeDesc).offsets, (std::vector<uint64_t>{0, 64, 64}));
+  EXPECT_EQ(place_buffers(bufs, 64, PlacementOrder::kStartOrder).offsets, (std::vector<uint64_t>{256, 0, 0}));
+  EXPECT_EQ(place_buffers(bufs, 64, PlacementOrder::kReverseOrder).offsets, (std::vector<uint64_t>{256, 0, 0}));
+  for (PlacementOrder order : kAllPlacementOrders)
+    EXPECT_EQ(place_buffers(bufs, 64, order).arena_bytes, 320u) << to_string(order);
+}
+
+TEST(SharingPlan, RandomBufferSetsGiveValidPlansNoSmallerThanTheBound) {
+  std::mt19937_64 rng(7);
+  uint64_t total_arena = 0, total_bound = 0;
+  int refined = 0;  // trials where refinement beat every plain order
+  for (int trial = 0; trial < 300; ++trial) {
+    const int n = 1 + static_cast<int>(rng() % 60);
+    const int steps = 1 + static_cast<int>(rng() % 40);
+    const uint64_t alignment = uint64_t{1} << (rng() % 8);
+    std::vector<Buffer> bufs;
+    uint64_t sum_aligned = 0;
+    for (int i = 0; i < n; ++i) {
+      const OpId first = static_cast<OpId>(rng() % static_cast<uint64_t>(steps));
+      const OpId last = first + static_cast<OpId>(rng() % static_cast<uint64_t>(steps - first));
+      const uint64_t bytes = rng() % 5 == 0 ? 0 : 1 + rng() % 5000;
+      bufs.push_back(buffer(i, bytes, first, last));
+      sum_aligned += bytes == 0 ? 0 : align_up(bytes, alignment);
+    }
+    const uint64_t bound = aligned_live_lower_bound(bufs, alignment);
+    uint64_t best = ~uint64_t{0};
+    for (PlacementOrder order : kAllPlacementOrders) {
+      const MemoryPlan p = place_buffers(bufs, alignment, order);
+      SCOPED_TRACE(::testing::Message() << "trial " << trial << " order " << to_string(order));
+      ASSERT_TRUE(check_memory_plan(bufs, p).ok()) << check_memory_plan(bufs, p).message();
+      ASSERT_TRUE(brute_force_disjoint(bufs, p.offsets));
+      EXPECT_GE(p.arena_bytes, bound);
+      EXPECT_LE(p.arena_bytes, sum_aligned);
+      EXPECT_EQ(p.arena_bytes % alignment, 0u);
+      const bool tried_by_default = std::find(kDefaultPlacementOrders.begin(), kDefaultPlacementOrders.end(),
+                                              order) != kDefaultPlacementOrders.end();
+      if (tried_by_default) best = std::min(best, p.arena_bytes);
+    }
+    // The chosen plan is at least as good as every default order (refinement may beat them all).
+    const MemoryPlan chosen = plan_memory_sharing(bufs, alignment);
+    ASSERT_TRUE(check_memory_plan(bufs, chosen).ok()) << "trial " << trial;
+    EXPECT_LE(chosen.arena_bytes, best) << "trial " << trial;
+    EXPECT_GE(chosen.arena_bytes, bound) << "trial " << trial;
+    refined += chosen.arena_bytes < best ? 1 : 0;
+    total_arena += chosen.arena_bytes;
+    total_bound += bound;
+  }
+  // Quality over the whole run, not per trial (a few tiny random cases are far from their bound):
+  // in total the chosen plans stay within 2% of the bounds (0.3% when this was written; 2.0%
+  // without refinement, which beat every plain order in 114 of the 300 trials).
+  EXPECT_LE(static_cast<double>(total_arena), 1.02 * static_cast<double>(total_bound));
+  EXPECT_GT(refined, 0);
+}
+
+}  // namespace
+}  // namespace ferry
