@@ -1,0 +1,26 @@
+#include "backend/backend.h"
+
+#include <fmt/format.h>
+
+#include "backend/cpu/cpu_backend.h"
+
+namespace ferry {
+
+std::vector<uint64_t> CompiledGraph::all_tensor_bytes() const {
+  std::vector<uint64_t> bytes(num_tensors());
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = tensor_bytes(static_cast<TensorId>(i));
+  return bytes;
+}
+
+std::vector<uint64_t> CompiledGraph::all_scratch_bytes() const {
+  std::vector<uint64_t> bytes(num_ops());
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = scratch_bytes(static_cast<OpId>(i));
+  return bytes;
+}
+
+Result<std::unique_ptr<Backend>> make_backend(std::string_view name) {
+  if (name == "cpu") return make_cpu_backend();
+  return Status::InvalidArgument(fmt::format("unknown backend '{}' (known: cpu)", name));
+}
+
+}  // namespace ferry

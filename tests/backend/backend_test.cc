@@ -1,0 +1,156 @@
+// The backend interface on the CPU backend: memory and copies, layout conversions, size and
+// layout invariants of compiled graphs, error reporting.
+#include <gtest/gtest.h>
+
+#include "backend/backend_test_support.h"
+#include "graph/builder.h"
+
+namespace ferry {
+namespace {
+
+using testing::GraphMaker;
+using testing::Runner;
+
+TEST(BackendTest, MakeBackendByName) {
+  auto cpu = make_backend("cpu");
+  ASSERT_TRUE(cpu.ok()) << cpu.status().message();
+  EXPECT_EQ((*cpu)->name(), "cpu");
+  auto bad = make_backend("tpu");
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("cpu"), std::string::npos);
+}
+
+TEST(BackendTest, AllocateAndCopyRoundTrip) {
+  auto be = std::move(make_backend("cpu")).value();
+  auto region = be->allocate(1000);
+  ASSERT_TRUE(region.ok());
+  EXPECT_EQ(region->address % Backend::kDeviceAlignment, 0u);
+  std::vector<std::byte> src(1000), dst(600);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<std::byte>(i * 7);
+  ASSERT_TRUE(be->copy_to_device(*region, src).ok());
+  ASSERT_TRUE(be->copy_on_device(*region + 400, *region, 600).ok());  // overlapping move
+  ASSERT_TRUE(be->copy_to_host(dst, *region + 400).ok());
+  ASSERT_TRUE(be->synchronize().ok());
+  EXPECT_TRUE(std::equal(dst.begin(), dst.end(), src.begin()));
+  be->free(*region);
+  EXPECT_EQ(be->allocate(0).status().code(), StatusCode::kInvalidArgument);
+}
+
+// A blocked tensor with padded channels: from_plain then to_plain returns the values, storage is
+// larger than the plain bytes, and wrong host sizes are rejected with the numbers.
+TEST(BackendTest, PlainConversionRoundTripsThroughBlockedLayouts) {
+  GraphMaker m;
+  TensorId x = m.input("x", {2, 3, 5, 5});
+  TensorId w = m.weight("w", {24, 3, 3, 3});
+  TensorId y = m.tensor("y", {2, 24, 5, 5});
+  OpAttrs a;
+  a.kernel_h = a.kernel_w = 3;
+  a.pad_h = a.pad_w = 1;
+  m.op("conv", OpType::kConv2d, {x, w}, {y}, a);
+  Runner r(m.g);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r.cg().layout(x), "abcd");  // data inputs are plain
+  for (TensorId t : {x, w, y}) {
+    auto v = testing::random_vector(static_cast<size_t>(m.g.tensor(t).numel()), 400 + static_cast<uint32_t>(t));
+    r.set(t, v);
+    EXPECT_EQ(r.get(t), v) << m.g.tensor(t).name << " layout " << r.cg().layout(t);
+    r.expect_canonical(t);
+  }
+  EXPECT_GE(r.cg().tensor_bytes(y), 2u * 24 * 25 * 4);
+  std::vector<float> small(10);
+  Status st = r.cg().to_plain(y, r.ptr(y), std::as_writable_bytes(std::span(small)));
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("4800"), std::string::npos) << st.message();
+}
+
+TEST(BackendTest, OpaqueOpsCannotBeCompiled) {
+  GraphMaker m;
+  TensorId x = m.input("x", {4});
+  TensorId y = m.tensor("y", {4});
+  m.op("mystery", OpType::kOpaque, {x}, {y});
+  auto be = std::move(make_backend("cpu")).value();
+  auto cg = be->compile(m.g);
+  EXPECT_EQ(cg.status().code(), StatusCode::kUnsupported);
+  EXPECT_NE(cg.status().message().find("mystery"), std::string::npos) << cg.status().message();
+}
+
+TEST(BackendTest, BadAttributesAreInvalidArguments) {
+  GraphMaker m;
+  TensorId x = m.input("x", {1, 4, 6, 6});
+  TensorId w = m.weight("w", {4, 4, 3, 3});
+  TensorId y = m.tensor("y", {1, 4, 6, 6});
+  OpAttrs a;  // kernel 0x0: a graph without attributes (e.g. imported from a trace)
+  m.op("conv", OpType::kConv2d, {x, w}, {y}, a);
+  auto be = std::move(make_backend("cpu")).value();
+  auto cg = be->compile(m.g);
+  EXPECT_EQ(cg.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(cg.status().message().find("'conv'"), std::string::npos) << cg.status().message();
+}
+
+TEST(BackendTest, RunRejectsWrongArguments) {
+  GraphMaker m;
+  TensorId x = m.input("x", {2, 8});
+  TensorId y = m.tensor("y", {2, 8});
+  m.op("relu", OpType::kRelu, {x}, {y});
+  Runner r(m.g);
+  ASSERT_TRUE(r.ok());
+  std::vector<DevicePtr> one = {r.ptr(x)}, none;
+  EXPECT_EQ(r.cg().run(0, one, none, {}, {}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.cg().run(5, one, one, {}, {}).code(), StatusCode::kInvalidArgument);
+  std::vector<DevicePtr> null = {DevicePtr{}};
+  EXPECT_EQ(r.cg().run(0, one, null, {}, {}).code(), StatusCode::kInvalidArgument);
+}
+
+// A whole small CNN from the graph builder compiles and runs, and the sizes the backend reports
+// satisfy the invariants the executor relies on.
+TEST(BackendTest, BuilderGraphRunsAndSizesAreConsistent) {
+  GraphBuilder b(GraphInfo{.model = "tiny", .batch = 2});
+  TensorId x = b.input("image", {2, 3, 12, 12});
+  TensorId lab = b.labels("label", {2});
+  TensorId h = b.relu("relu1", b.batch_norm("bn1", b.conv2d("conv1", x, 24, 3, 1, 1)));
+  TensorId p = b.max_pool("pool", h, 3, 2, 1);
+  TensorId c2 = b.conv2d("conv2", p, 24, 3, 1, 1);
+  TensorId s = b.add("add", c2, p);
+  TensorId cat = b.concat("cat", {s, b.conv2d("conv3", s, 16, 1)});
+  TensorId logits = b.linear("fc", b.global_avg_pool("gap", cat), 5);
+  b.cross_entropy("loss", logits, lab);
+  auto g = std::move(b).finish(TrainOptions{});
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  Runner r(*g);
+  ASSERT_TRUE(r.ok());
+  for (const Tensor& t : g->tensors) {
+    if (t.role == TensorRole::kInput) continue;
+    if (t.grad_of != kNoTensor) {
+      EXPECT_EQ(r.cg().tensor_bytes(t.id), r.cg().tensor_bytes(t.grad_of)) << t.name;
+      EXPECT_EQ(r.cg().layout(t.id), r.cg().layout(t.grad_of)) << t.name;
+    }
+    EXPECT_GE(r.cg().tensor_bytes(t.id), t.bytes) << t.name;
+  }
+  for (const Op& op : g->ops) {
+    if (op.inplace_capable) {
+      EXPECT_EQ(r.cg().tensor_bytes(op.inputs[0]), r.cg().tensor_bytes(op.outputs[0])) << op.name;
+    }
+  }
+  EXPECT_EQ(r.cg().all_scratch_bytes().size(), g->ops.size());
+  EXPECT_EQ(r.cg().all_tensor_bytes().size(), g->tensors.size());
+
+  for (const Tensor& t : g->tensors) {
+    if (t.role == TensorRole::kWeight)
+      r.set(t.id,
+            testing::random_vector(static_cast<size_t>(t.numel()), 500 + static_cast<uint32_t>(t.id), -0.3f, 0.3f));
+    if (t.role == TensorRole::kOptimizerState) r.set(t.id, std::vector<float>(static_cast<size_t>(t.numel()), 0.0f));
+  }
+  r.set(x, testing::random_vector(2 * 3 * 12 * 12, 499));
+  r.set(lab, std::vector<int32_t>{1, 4});
+  r.run_all();
+  for (const Tensor& t : g->tensors)
+    if (t.dtype == DType::kF32 && t.role != TensorRole::kInput) {
+      for (float v : r.get(t.id)) ASSERT_TRUE(std::isfinite(v)) << t.name;
+      r.expect_canonical(t.id);
+    }
+  // The loss of a 5-class problem with small random weights is near log(5).
+  EXPECT_NEAR(r.get(g->loss)[0], std::log(5.0f), 1.0f);
+}
+
+}  // namespace
+}  // namespace ferry
