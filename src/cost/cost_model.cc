@@ -1,0 +1,138 @@
+#include "cost/cost_model.h"
+
+#include <algorithm>
+
+namespace ferry {
+
+namespace {
+
+bool is_floating(DType d) { return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16; }
+
+// The dtype an op computes in: its first floating-point output, else its first floating-point
+// input (cross-entropy writes a float loss from float logits; embedding reads int ids), else f32.
+DType compute_dtype(const Graph& g, const Op& op) {
+  for (TensorId t : op.outputs)
+    if (is_floating(g.tensor(t).dtype)) return g.tensor(t).dtype;
+  for (TensorId t : op.inputs)
+    if (is_floating(g.tensor(t).dtype)) return g.tensor(t).dtype;
+  return DType::kF32;
+}
+
+LinkCost make_link(double bytes_per_s, double latency_us) { return LinkCost{latency_us, bytes_per_s / 1e6}; }
+
+}  // namespace
+
+OpClass op_class_of(OpType t) {
+  switch (t) {
+    case OpType::kConv2d: case OpType::kConvBwdData: case OpType::kConvBwdWeights:
+      return OpClass::kConv;
+    case OpType::kLinear: case OpType::kMatMul: case OpType::kLinearBwdData: case OpType::kLinearBwdWeights:
+      return OpClass::kMatMul;
+    case OpType::kRelu: case OpType::kGelu: case OpType::kAdd: case OpType::kDropout: case OpType::kReluBwd:
+    case OpType::kGeluBwd: case OpType::kDropoutBwd: case OpType::kGradAccumulate:
+      return OpClass::kElementwise;
+    case OpType::kBatchNorm: case OpType::kLayerNorm: case OpType::kBatchNormBwd: case OpType::kLayerNormBwd:
+      return OpClass::kNorm;
+    case OpType::kMaxPool: case OpType::kAvgPool: case OpType::kGlobalAvgPool: case OpType::kMaxPoolBwd:
+    case OpType::kAvgPoolBwd: case OpType::kGlobalAvgPoolBwd:
+      return OpClass::kPooling;
+    case OpType::kSoftmax: case OpType::kSoftmaxBwd: case OpType::kCrossEntropy: case OpType::kCrossEntropyBwd:
+      return OpClass::kSoftmax;
+    case OpType::kEmbedding: case OpType::kEmbeddingBwd:
+      return OpClass::kEmbedding;
+    case OpType::kConcat: case OpType::kConcatBwd: case OpType::kSplitHeads: case OpType::kMergeHeads:
+      return OpClass::kDataMovement;
+    case OpType::kSgdUpdate: case OpType::kAdamUpdate:
+      return OpClass::kOptimizer;
+    case OpType::kOpaque:
+      return OpClass::kOther;
+  }
+  return OpClass::kOther;
+}
+
+std::string_view to_string(Link l) {
+  switch (l) {
+    case Link::kHostToDevice: return "host_to_device";
+    case Link::kDeviceToHost: return "device_to_host";
+    case Link::kSsdRead: return "ssd_read";
+    case Link::kSsdWrite: return "ssd_write";
+  }
+  return "?";
+}
+
+std::string_view to_string(TransferPath p) {
+  switch (p) {
+    case TransferPath::kDeviceToHost: return "device_to_host";
+    case TransferPath::kHostToDevice: return "host_to_device";
+    case TransferPath::kDeviceToSsd: return "device_to_ssd";
+    case TransferPath::kSsdToDevice: return "ssd_to_device";
+  }
+  return "?";
+}
+
+CostModel::CostModel(HardwareProfile profile, CostOptions options)
+    : profile_(std::move(profile)), options_(options) {
+  const Status valid = validate_profile(profile_);
+  FERRY_CHECK(valid.ok(), "CostModel needs a valid profile: {}", valid.message());
+  const HostLink& h = profile_.host_link;
+  const StorageProfile& s = profile_.storage;
+  links_[static_cast<size_t>(Link::kHostToDevice)] =
+      make_link(h.host_to_device.effective_bytes_per_s(), h.host_to_device.latency_us);
+  links_[static_cast<size_t>(Link::kDeviceToHost)] =
+      make_link(h.device_to_host.effective_bytes_per_s(), h.device_to_host.latency_us);
+  links_[static_cast<size_t>(Link::kSsdRead)] = make_link(s.read_bytes_per_s, s.read_latency_us);
+  links_[static_cast<size_t>(Link::kSsdWrite)] = make_link(s.write_bytes_per_s, s.write_latency_us);
+}
+
+ComputeDType CostModel::compute_unit(OpClass c, DType dtype) const {
+  ComputeDType unit = ComputeDType::kFp32;
+  if (c == OpClass::kConv || c == OpClass::kMatMul) {
+    if (dtype == DType::kF16) unit = ComputeDType::kFp16;
+    else if (dtype == DType::kBF16) unit = ComputeDType::kBf16;
+    else if (dtype == DType::kF32 && options_.allow_tf32) unit = ComputeDType::kTf32;
+  }
+  return profile_.peak_flops[static_cast<size_t>(unit)] ? unit : ComputeDType::kFp32;
+}
+
+double CostModel::peak_flops(ComputeDType unit) const {
+  const std::optional<double>& p = profile_.peak_flops[static_cast<size_t>(unit)];
+  return p ? *p : *profile_.peak_flops[static_cast<size_t>(ComputeDType::kFp32)];
+}
+
+OpCost CostModel::op_cost(const Graph& g, const Op& op) const {
+  OpCost c;
+  c.op_class = op_class_of(op.type);
+  if (options_.use_measured_times && op.time_us) {
+    c.measured = true;
+    c.total_us = *op.time_us;
+    return c;
+  }
+  const OpEfficiency& eff = profile_.efficiency[static_cast<size_t>(c.op_class)];
+  c.unit = compute_unit(c.op_class, compute_dtype(g, op));
+  c.compute_us = static_cast<double>(op.flops) / (peak_flops(c.unit) * eff.compute) * 1e6;
+  c.memory_us = static_cast<double>(op.bytes_read + op.bytes_written) /
+                (profile_.memory_bandwidth_bytes_per_s * eff.memory) * 1e6;
+  c.overhead_us = profile_.launch_overhead_us;
+  c.total_us = c.overhead_us + std::max(c.compute_us, c.memory_us);
+  return c;
+}
+
+std::vector<double> CostModel::op_times_us(const Graph& g) const {
+  std::vector<double> out(g.ops.size());
+  for (const Op& op : g.ops) out[static_cast<size_t>(op.id)] = op_time_us(g, op);
+  return out;
+}
+
+double CostModel::transfer_us(TransferPath p, uint64_t bytes) const {
+  switch (p) {
+    case TransferPath::kDeviceToHost: return link(Link::kDeviceToHost).time_us(bytes);
+    case TransferPath::kHostToDevice: return link(Link::kHostToDevice).time_us(bytes);
+    case TransferPath::kDeviceToSsd:
+      return link(Link::kDeviceToHost).time_us(bytes) + link(Link::kSsdWrite).time_us(bytes);
+    case TransferPath::kSsdToDevice:
+      return link(Link::kSsdRead).time_us(bytes) + link(Link::kHostToDevice).time_us(bytes);
+  }
+  return 0;
+}
+
+}  // namespace ferry

@@ -1,0 +1,100 @@
+// CostModel: how long an op or a transfer takes on a hardware profile (the seed design's
+// performance analysis; the formulas and their rationale are in docs/cost-model.md).
+//
+// Ops
+// - A measured time wins: when Op::time_us is set (profiler, imported trace) and
+//   CostOptions::use_measured_times, that is the op's time, with nothing added.
+// - Otherwise a roofline per op class c:
+//       t = launch_overhead_us + max(flops / (peak_flops(c, dtype) * eff[c].compute),
+//                                    (bytes_read + bytes_written) / (mem_bw * eff[c].memory))
+//   peak_flops picks the tensor-core rate for conv/matmul in fp16/bf16 (and tf32 for fp32 when
+//   CostOptions::allow_tf32), the vector fp32 rate for everything else; a dtype the device lacks
+//   falls back to fp32.
+//
+// Transfers
+// - A copy over one link costs latency + bytes / effective bandwidth. The device reaches the
+//   SSD through host memory, so device->SSD is device->host then host->SSD, store and forward
+//   (transfer_us sums the legs; the simulator schedules the legs on their own queues).
+//
+// The model is immutable after construction and cheap to copy; all queries are const and O(1)
+// (op_cost is O(op inputs + outputs) for the dtype lookup).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "cost/profile.h"
+#include "graph/graph.h"
+
+namespace ferry {
+
+// The class whose efficiency applies to an op type (profile.h lists the classes).
+OpClass op_class_of(OpType t);
+
+// Hardware channels a copy occupies.
+enum class Link : uint8_t { kHostToDevice, kDeviceToHost, kSsdRead, kSsdWrite };
+inline constexpr size_t kNumLinks = 4;
+std::string_view to_string(Link l);
+
+// End-to-end paths between the device and a tier.
+enum class TransferPath : uint8_t { kDeviceToHost, kHostToDevice, kDeviceToSsd, kSsdToDevice };
+std::string_view to_string(TransferPath p);
+
+// Time of one request on a link: latency_us + bytes / bytes_per_us.
+struct LinkCost {
+  double latency_us = 0;
+  double bytes_per_us = 0;  // effective bandwidth
+  double data_us(uint64_t bytes) const { return static_cast<double>(bytes) / bytes_per_us; }
+  double time_us(uint64_t bytes) const { return latency_us + data_us(bytes); }
+};
+
+struct CostOptions {
+  bool use_measured_times = true;  // use Op::time_us when present
+  bool allow_tf32 = false;         // fp32 conv/matmul run on TF32 tensor cores (PyTorch allow_tf32)
+};
+
+// The modelled time of one op and where it came from.
+struct OpCost {
+  double total_us = 0;
+  bool measured = false;      // total_us is Op::time_us; the fields below are then 0
+  OpClass op_class = OpClass::kOther;
+  ComputeDType unit = ComputeDType::kFp32;  // the peak used
+  double compute_us = 0;      // flops / achievable FLOP/s
+  double memory_us = 0;       // bytes / achievable bandwidth
+  double overhead_us = 0;     // launch overhead
+  bool compute_bound() const { return compute_us >= memory_us; }
+};
+
+class CostModel {
+ public:
+  // `profile` must validate (load_profile and parse_profile guarantee it); FERRY_CHECKs otherwise.
+  explicit CostModel(HardwareProfile profile, CostOptions options = {});
+
+  const HardwareProfile& profile() const { return profile_; }
+  const CostOptions& options() const { return options_; }
+
+  // Time of `op` (an op of `g`) and its breakdown.
+  OpCost op_cost(const Graph& g, const Op& op) const;
+  double op_time_us(const Graph& g, const Op& op) const { return op_cost(g, op).total_us; }
+  // op_time_us of every op, indexed by OpId.
+  std::vector<double> op_times_us(const Graph& g) const;
+
+  // The FLOP/s peak (before efficiency) an op of class `c` computing in `dtype` runs at, and the unit.
+  ComputeDType compute_unit(OpClass c, DType dtype) const;
+  double peak_flops(ComputeDType unit) const;
+
+  LinkCost link(Link l) const { return links_[static_cast<size_t>(l)]; }
+  // latency + bytes / bandwidth summed over the path's legs.
+  double transfer_us(TransferPath p, uint64_t bytes) const;
+  // Whether a host->device and a device->host copy can run at the same time.
+  bool copy_directions_concurrent() const { return profile_.host_link.concurrent_directions; }
+
+ private:
+  HardwareProfile profile_;
+  CostOptions options_;
+  std::array<LinkCost, kNumLinks> links_{};
+};
+
+}  // namespace ferry

@@ -1,0 +1,149 @@
+// Hardware profiles: what a device, its host link and its SSD can do, as plain data loaded from
+// JSON files ("ferry-hardware-profile", version 1) shipped in profiles/.
+//
+// Design
+// - A profile holds the numbers the cost model needs and nothing else: peak FLOP/s per compute
+//   dtype, device memory capacity and bandwidth, per-op-class efficiencies for the roofline, the
+//   host link per direction (nominal rate x assumed efficiency, latency, whether both directions
+//   run at once) and the SSD (read/write bandwidth, latency, queue depth).
+// - Link bandwidth is stored as nominal rate and efficiency, not as one effective number, so the
+//   assumption behind it stays visible and reviewable next to its source. A measured profile
+//   (`ferry profile`) stores the measured rate as nominal with efficiency 1.
+// - Every shipped number cites its source in `sources` (JSON path -> citation); the loader keeps
+//   them but does not require them, so a profile written by a tool still loads.
+// - Loading is strict: unknown keys, missing fields, non-finite, zero or negative rates are
+//   InvalidArgument naming the file and the JSON path at fault. Nothing throws out of this API.
+//
+// Usage:
+//   Result<HardwareProfile> p = load_profile("a100-40gb-pcie4");   // or a path to a .json file
+//   if (!p.ok()) return p.status();
+//   CostModel cost(*p);                                             // cost_model.h
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace ferry {
+
+inline constexpr std::string_view kProfileFormatName = "ferry-hardware-profile";
+inline constexpr int kProfileVersion = 1;
+
+// Arithmetic units a kernel can run on. kTf32/kFp16/kBf16 are dense tensor-core (matrix) rates;
+// kFp32 is the vector (CUDA core / SIMD) rate. Structured-sparsity rates are never used.
+enum class ComputeDType : uint8_t { kFp32, kTf32, kFp16, kBf16 };
+inline constexpr size_t kNumComputeDTypes = 4;
+
+// Classes of ops that share a roofline efficiency (see cost_model.h for the OpType mapping).
+enum class OpClass : uint8_t {
+  kConv,          // convolutions, forward and both backward kernels
+  kMatMul,        // linear layers and batched matmuls, forward and backward
+  kElementwise,   // relu, gelu, add, dropout, gradient accumulation, and their backward
+  kNorm,          // batch norm, layer norm, and their backward
+  kPooling,       // max / average / global pooling, and their backward
+  kSoftmax,       // softmax and cross-entropy, and their backward
+  kEmbedding,     // embedding gather and its scatter-add backward
+  kDataMovement,  // concat, split/merge heads: pure copies and transposes
+  kOptimizer,     // SGD / Adam parameter updates
+  kOther,         // opaque ops of imported traces
+};
+inline constexpr size_t kNumOpClasses = 10;
+
+// Fraction of a peak an op class reaches: `compute` of the FLOP/s peak, `memory` of the
+// device memory bandwidth. Both in (0, 1].
+struct OpEfficiency {
+  double compute = 1.0;
+  double memory = 1.0;
+  bool operator==(const OpEfficiency&) const = default;
+};
+
+// One direction of the host link.
+struct LinkDirection {
+  double nominal_bytes_per_s = 0;  // the link's raw rate in this direction (after line encoding)
+  double efficiency = 1.0;         // achieved / nominal for large pinned copies, in (0, 1]
+  double latency_us = 0;           // fixed cost per copy (launch, DMA setup, completion)
+  double effective_bytes_per_s() const { return nominal_bytes_per_s * efficiency; }
+  bool operator==(const LinkDirection&) const = default;
+};
+
+struct HostLink {
+  std::string name;  // "PCIe 4.0 x16"
+  LinkDirection host_to_device;
+  LinkDirection device_to_host;
+  // True when a host->device and a device->host copy can run at the same time at full rate
+  // (separate copy engines on a full-duplex link); false when they share one channel.
+  bool concurrent_directions = true;
+  bool operator==(const HostLink&) const = default;
+};
+
+// The SSD that spilled tensors go to; reached through host memory (device -> host -> SSD).
+struct StorageProfile {
+  std::string name;
+  double read_bytes_per_s = 0;   // sequential, large requests, at queue_depth
+  double write_bytes_per_s = 0;
+  double read_latency_us = 0;    // per request
+  double write_latency_us = 0;
+  int32_t queue_depth = 1;       // requests in flight per direction that reach the bandwidth above
+  bool operator==(const StorageProfile&) const = default;
+};
+
+struct HardwareProfile {
+  std::string name;         // "a100-40gb-pcie4"; the file stem for shipped profiles
+  std::string description;
+  std::string notes;        // assumptions, caveats (e.g. "placeholders until `ferry profile` runs")
+
+  // Peak FLOP/s per compute dtype; nullopt where the device has no such unit (V100: no TF32/BF16).
+  std::array<std::optional<double>, kNumComputeDTypes> peak_flops{};
+  double launch_overhead_us = 0;  // added to every modelled (not measured) op
+  std::array<OpEfficiency, kNumOpClasses> efficiency{};
+
+  uint64_t memory_capacity_bytes = 0;
+  double memory_bandwidth_bytes_per_s = 0;
+
+  HostLink host_link;
+  StorageProfile storage;
+
+  // JSON path (dotted, e.g. "compute.peak_flops.fp32", or a section "host_link") -> citation.
+  std::map<std::string, std::string> sources;
+
+  bool operator==(const HardwareProfile&) const = default;
+};
+
+std::string_view to_string(ComputeDType d);
+std::string_view to_string(OpClass c);
+std::optional<ComputeDType> compute_dtype_from_string(std::string_view s);
+std::optional<OpClass> op_class_from_string(std::string_view s);
+
+// Checks every number: FLOP/s, bandwidths and capacity finite and > 0 (fp32 peak required),
+// efficiencies in (0, 1], latencies and launch overhead finite and >= 0, queue depth in
+// [1, 1024], a non-empty name. InvalidArgument names the field by its JSON path.
+Status validate_profile(const HardwareProfile& p);
+
+// Parses profile JSON text; `source_name` starts every error message. The result validates.
+Result<HardwareProfile> parse_profile(std::string_view json_text, std::string_view source_name);
+
+// Serialises `p` as version-1 JSON (one field per line); parse_profile gives back an equal profile.
+std::string to_profile_json(const HardwareProfile& p);
+
+// The directory of named profiles: $FERRY_PROFILES_DIR when set and non-empty, else the source
+// tree's profiles/ (compiled in).
+std::string profiles_dir();
+
+// Names (file stems) of the *.json files in profiles_dir(), sorted; empty if it cannot be read.
+std::vector<std::string> list_profiles();
+
+// Loads a profile by name (looked up as profiles_dir()/NAME.json) or by path (anything containing
+// a '/' or ending in ".json"). Errors: InvalidArgument for an unknown name (the message lists the
+// known ones) or a malformed file; IoError when an existing file cannot be read.
+Result<HardwareProfile> load_profile(const std::string& name_or_path);
+
+// Validates `p` and writes to_profile_json(p) to `path`. IoError names the path and the reason.
+Status save_profile(const HardwareProfile& p, const std::string& path);
+
+}  // namespace ferry

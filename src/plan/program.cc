@@ -1,0 +1,395 @@
+// Lowering a Schedule to a Program (the rules are in program.h).
+//
+// Design
+// - Two passes, both O(ops + op inputs + actions). Pass 1 finds every tensor's last read in
+//   program order: positions are (step, part, index) with part = before < op < after, packed in
+//   one integer so they compare in program order. Pass 2 walks the program once, keeping a small
+//   state machine per tensor (unborn -> on device <-> off device -> dead, plus which tiers hold a
+//   valid copy), checks every action against it and emits instructions.
+// - Deaths are decided from pass 1 alone, so where a tensor is freed never depends on timing or
+//   on the order the interpreters happen to process things in.
+
+#include "plan/program.h"
+
+#include <algorithm>
+#include <array>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "common/units.h"
+
+namespace ferry {
+
+namespace {
+
+using Pos = uint64_t;
+constexpr Pos kNever = std::numeric_limits<Pos>::max();
+enum Part : uint64_t { kBefore = 0, kOp = 1, kAfter = 2 };
+
+constexpr Pos pos(OpId step, Part part, size_t index = 0) {
+  return (static_cast<uint64_t>(step) << 32) | (static_cast<uint64_t>(part) << 30) | static_cast<uint64_t>(index);
+}
+OpId pos_step(Pos p) { return static_cast<OpId>(p >> 32); }
+
+enum class State : uint8_t { kUnborn, kOnDevice, kOffDevice, kDead };
+
+struct TensorState {
+  State state = State::kUnborn;
+  std::array<bool, 2> copy{false, false};  // valid copy per tier (kHost, kSsd)
+  OpId released_at = kNoOp;                // last step that released it, for messages
+};
+
+size_t tier_index(Tier t) { return t == Tier::kHost ? 0 : 1; }
+
+class Lowering {
+ public:
+  Lowering(const Graph& g, const Schedule& s, const ProgramOptions& o) : g_(g), s_(s), o_(o) {}
+
+  Result<Program> run() {
+    FERRY_RETURN_IF_ERROR(check_shapes());
+    find_producers();
+    FERRY_RETURN_IF_ERROR(find_last_reads());
+    FERRY_RETURN_IF_ERROR(emit());
+    return std::move(p_);
+  }
+
+ private:
+  size_t num_ops() const { return g_.ops.size(); }
+  bool keep_all() const { return s_.before.empty() && s_.after.empty(); }
+  const std::vector<Action>& actions(OpId step, Part part) const {
+    static const std::vector<Action> kNone;
+    if (keep_all()) return kNone;
+    return part == kBefore ? s_.before[static_cast<size_t>(step)] : s_.after[static_cast<size_t>(step)];
+  }
+  uint64_t scratch(OpId op) const {
+    return o_.op_scratch_bytes.empty() ? 0 : o_.op_scratch_bytes[static_cast<size_t>(op)];
+  }
+  const std::string& tname(TensorId t) const { return g_.tensor(t).name; }
+
+  // "before step 4 ('conv2'), action 1 (swap_in 'conv1.out')"
+  std::string where(OpId step, Part part, size_t index, const Action& a) const {
+    return fmt::format("schedule '{}' {} step {} ('{}'), action {} ({} '{}')", s_.policy,
+                       part == kBefore ? "before" : "after", step, g_.op(step).name, index, to_string(a.kind),
+                       tname(a.tensor));
+  }
+  Status error(OpId step, Part part, size_t index, const Action& a, const std::string& why) const {
+    return Status::InvalidArgument(fmt::format("{}: {}", where(step, part, index, a), why));
+  }
+
+  Status check_shapes() {
+    if (!keep_all() && (s_.before.size() != num_ops() || s_.after.size() != num_ops()))
+      return Status::InvalidArgument(fmt::format(
+          "schedule '{}' has {} before-lists and {} after-lists but graph '{}' has {} ops", s_.policy,
+          s_.before.size(), s_.after.size(), g_.info.model, num_ops()));
+    if (!o_.op_scratch_bytes.empty() && o_.op_scratch_bytes.size() != num_ops())
+      return Status::InvalidArgument(fmt::format("op_scratch_bytes has {} entries but graph '{}' has {} ops",
+                                                 o_.op_scratch_bytes.size(), g_.info.model, num_ops()));
+    for (OpId i = 0; i < static_cast<OpId>(num_ops()); ++i)
+      for (Part part : {kBefore, kAfter}) {
+        const std::vector<Action>& list = actions(i, part);
+        if (list.size() >= (size_t{1} << 30))
+          return Status::InvalidArgument(fmt::format("schedule '{}': step {} has {} actions", s_.policy, i, list.size()));
+        for (size_t k = 0; k < list.size(); ++k) {
+          const Action& a = list[k];
+          if (a.tensor < 0 || static_cast<size_t>(a.tensor) >= g_.tensors.size())
+            return Status::InvalidArgument(fmt::format(
+                "schedule '{}' {} step {} ('{}'), action {} ({}): tensor id {} is not in [0, {})", s_.policy,
+                part == kBefore ? "before" : "after", i, g_.op(i).name, k, to_string(a.kind), a.tensor,
+                g_.tensors.size()));
+        }
+      }
+    return Status::Ok();
+  }
+
+  void find_producers() {
+    producer_.assign(g_.tensors.size(), kNoOp);
+    for (const Op& op : g_.ops)
+      for (TensorId t : op.outputs)
+        if (!g_.tensor(t).persistent()) producer_[static_cast<size_t>(t)] = op.id;
+  }
+
+  // Pass 1: last read of every tensor, then its death position.
+  Status find_last_reads() {
+    last_read_.assign(g_.tensors.size(), kNever);
+    auto read = [&](TensorId t, Pos p) {
+      Pos& r = last_read_[static_cast<size_t>(t)];
+      r = r == kNever ? p : std::max(r, p);
+    };
+    for (OpId i = 0; i < static_cast<OpId>(num_ops()); ++i) {
+      for (Part part : {kBefore, kOp, kAfter}) {
+        if (part == kOp) {
+          for (TensorId t : g_.op(i).inputs) read(t, pos(i, kOp));
+          continue;
+        }
+        const std::vector<Action>& list = actions(i, part);
+        for (size_t k = 0; k < list.size(); ++k) {
+          const Action& a = list[k];
+          if (a.kind != ActionKind::kRecompute) continue;
+          const Tensor& t = g_.tensor(a.tensor);
+          const OpId p = producer_[static_cast<size_t>(a.tensor)];
+          if (t.persistent()) return error(i, part, k, a, "persistent tensors cannot be recomputed");
+          if (t.role == TensorRole::kInput) return error(i, part, k, a, "data inputs cannot be recomputed");
+          if (p == kNoOp) return error(i, part, k, a, "no op produces it");
+          for (TensorId in : g_.op(p).inputs) read(in, pos(i, part, k));
+        }
+      }
+    }
+    death_.assign(g_.tensors.size(), kNever);
+    for (const Tensor& t : g_.tensors) {
+      if (t.persistent() || t.id == g_.loss) continue;
+      const OpId p = producer_[static_cast<size_t>(t.id)];
+      if (t.role != TensorRole::kInput && p == kNoOp) continue;  // never exists
+      const Pos birth = t.role == TensorRole::kInput ? pos(0, kOp) : pos(p, kOp);
+      const Pos last = last_read_[static_cast<size_t>(t.id)];
+      death_[static_cast<size_t>(t.id)] = last == kNever ? birth : std::max(last, birth);
+    }
+    return Status::Ok();
+  }
+
+  void push(Instruction in) { p_.instructions.push_back(in); }
+  void push_alloc(OpId step, TensorId t, bool recompute, TensorId inherit = kNoTensor) {
+    push({.kind = InstrKind::kAlloc, .recompute = recompute, .step = step, .tensor = t, .inherit = inherit,
+          .bytes = g_.tensor(t).bytes});
+  }
+  void push_tensor(InstrKind kind, OpId step, TensorId t, bool recompute = false, Tier tier = Tier::kHost) {
+    push({.kind = kind, .tier = tier, .recompute = recompute, .step = step, .tensor = t, .bytes = g_.tensor(t).bytes});
+  }
+
+  // t dies now: free its block and forget its copies.
+  void kill(OpId step, TensorId t) {
+    TensorState& ts = st_[static_cast<size_t>(t)];
+    FERRY_CHECK(ts.state == State::kOnDevice, "tensor '{}' dies off the device at step {}", tname(t), step);
+    push_tensor(InstrKind::kFree, step, t);
+    ts.state = State::kDead;
+    ts.copy = {false, false};
+  }
+
+  // Why `t` is not on the device, for messages.
+  std::string absence(TensorId t) const {
+    const TensorState& ts = st_[static_cast<size_t>(t)];
+    switch (ts.state) {
+      case State::kUnborn:
+        return producer_[static_cast<size_t>(t)] == kNoOp
+                   ? "it is never produced"
+                   : fmt::format("it is not produced until step {}", producer_[static_cast<size_t>(t)]);
+      case State::kOffDevice:
+        return fmt::format("it was released at step {} and not brought back (swap_in or recompute)", ts.released_at);
+      case State::kDead:
+        return fmt::format("it is dead: its last use was step {}", pos_step(death_[static_cast<size_t>(t)]));
+      case State::kOnDevice: break;
+    }
+    return "it is on the device";
+  }
+
+  Status emit_prologue() {
+    for (const Tensor& t : g_.tensors)
+      if (t.persistent()) {
+        push_alloc(0, t.id, false);
+        st_[static_cast<size_t>(t.id)].state = State::kOnDevice;
+        p_.persistent_bytes += t.bytes;
+      }
+    for (const Tensor& t : g_.tensors)
+      if (t.role == TensorRole::kInput) {
+        push_alloc(0, t.id, false);
+        st_[static_cast<size_t>(t.id)].state = State::kOnDevice;
+      }
+    return Status::Ok();
+  }
+
+  bool in_place(const Op& op) const {
+    if (!o_.allow_inplace || !op.inplace_capable || op.inputs.empty() || op.outputs.empty()) return false;
+    const Tensor& in = g_.tensor(op.inputs[0]);
+    const Tensor& out = g_.tensor(op.outputs[0]);
+    if (in.persistent() || out.persistent() || in.role == TensorRole::kInput || in.id == out.id) return false;
+    return in.bytes == out.bytes && death_[static_cast<size_t>(in.id)] == pos(op.id, kOp);
+  }
+
+  Status emit_op(const Op& op) {
+    const OpId i = op.id;
+    for (TensorId t : op.inputs)
+      if (st_[static_cast<size_t>(t)].state != State::kOnDevice)
+        return Status::InvalidArgument(fmt::format("schedule '{}': op '{}' (step {}) reads '{}' but {}", s_.policy,
+                                                   op.name, i, tname(t), absence(t)));
+    const bool inplace = in_place(op);
+    for (size_t k = 0; k < op.outputs.size(); ++k) {
+      const TensorId t = op.outputs[k];
+      TensorState& ts = st_[static_cast<size_t>(t)];
+      if (g_.tensor(t).persistent()) {
+        if (ts.state != State::kOnDevice)
+          return Status::InvalidArgument(fmt::format("schedule '{}': op '{}' (step {}) updates '{}' but {}",
+                                                     s_.policy, op.name, i, tname(t), absence(t)));
+        ts.copy = {false, false};  // the update makes every copy stale
+        continue;
+      }
+      FERRY_CHECK(ts.state == State::kUnborn, "tensor '{}' produced twice", tname(t));
+      if (k == 0 && inplace) {
+        const TensorId in = op.inputs[0];
+        push_alloc(i, t, false, in);
+        st_[static_cast<size_t>(in)].state = State::kDead;
+        st_[static_cast<size_t>(in)].copy = {false, false};
+      } else {
+        push_alloc(i, t, false);
+      }
+      ts.state = State::kOnDevice;
+    }
+    if (scratch(i) > 0) push({.kind = InstrKind::kAllocScratch, .step = i, .op = i, .bytes = scratch(i)});
+    push({.kind = InstrKind::kRun, .step = i, .op = i});
+    if (scratch(i) > 0) push({.kind = InstrKind::kFreeScratch, .step = i, .op = i, .bytes = scratch(i)});
+    // Deaths at this op: inputs in input order, then outputs, then (step 0) unread data inputs.
+    auto dies_here = [&](TensorId t) {
+      return death_[static_cast<size_t>(t)] == pos(i, kOp) && st_[static_cast<size_t>(t)].state == State::kOnDevice;
+    };
+    for (TensorId t : op.inputs)
+      if (dies_here(t)) kill(i, t);
+    for (TensorId t : op.outputs)
+      if (dies_here(t)) kill(i, t);
+    if (i == 0)
+      for (const Tensor& t : g_.tensors)
+        if (t.role == TensorRole::kInput && dies_here(t.id)) kill(i, t.id);
+    return Status::Ok();
+  }
+
+  Status emit_action(OpId i, Part part, size_t k, const Action& a) {
+    const TensorId t = a.tensor;
+    TensorState& ts = st_[static_cast<size_t>(t)];
+    if (ts.state == State::kDead) return error(i, part, k, a, absence(t));
+    switch (a.kind) {
+      case ActionKind::kSwapOut:
+        if (ts.state != State::kOnDevice) return error(i, part, k, a, "it is not on the device: " + absence(t));
+        if (ts.copy[tier_index(a.tier)])
+          return error(i, part, k, a, fmt::format("it already has a valid copy on {}", to_string(a.tier)));
+        push_tensor(InstrKind::kSwapOut, i, t, false, a.tier);
+        ts.copy[tier_index(a.tier)] = true;
+        return Status::Ok();
+      case ActionKind::kRelease:
+        if (ts.state != State::kOnDevice) return error(i, part, k, a, "it is not on the device: " + absence(t));
+        push_tensor(InstrKind::kRelease, i, t);
+        ts.state = State::kOffDevice;
+        ts.released_at = i;
+        return Status::Ok();
+      case ActionKind::kSwapIn:
+        if (ts.state != State::kOffDevice)
+          return error(i, part, k, a, ts.state == State::kOnDevice ? "it is already on the device" : absence(t));
+        if (!ts.copy[tier_index(a.tier)])
+          return error(i, part, k, a, fmt::format("it has no copy on {} (swap it out first)", to_string(a.tier)));
+        push_alloc(i, t, false);
+        push_tensor(InstrKind::kSwapIn, i, t, false, a.tier);
+        ts.state = State::kOnDevice;
+        return Status::Ok();
+      case ActionKind::kRecompute:
+        return emit_recompute(i, part, k, a);
+    }
+    return Status::Ok();
+  }
+
+  Status emit_recompute(OpId i, Part part, size_t k, const Action& a) {
+    const TensorId t = a.tensor;
+    TensorState& ts = st_[static_cast<size_t>(t)];
+    if (ts.state != State::kOffDevice)
+      return error(i, part, k, a, ts.state == State::kOnDevice ? "it is already on the device" : absence(t));
+    const Op& p = g_.op(producer_[static_cast<size_t>(t)]);
+    for (TensorId in : p.inputs)
+      if (st_[static_cast<size_t>(in)].state != State::kOnDevice)
+        return error(i, part, k, a,
+                     fmt::format("its producer '{}' reads '{}' but {}", p.name, tname(in), absence(in)));
+    push_alloc(i, t, true);
+    ts.state = State::kOnDevice;
+    std::vector<std::pair<TensorId, State>> temporaries;
+    for (TensorId u : p.outputs) {
+      TensorState& us = st_[static_cast<size_t>(u)];
+      if (u == t || us.state == State::kOnDevice) continue;
+      temporaries.emplace_back(u, us.state);
+      push_alloc(i, u, true);
+    }
+    if (scratch(p.id) > 0)
+      push({.kind = InstrKind::kAllocScratch, .recompute = true, .step = i, .op = p.id, .bytes = scratch(p.id)});
+    push({.kind = InstrKind::kRun, .recompute = true, .step = i, .op = p.id});
+    if (scratch(p.id) > 0)
+      push({.kind = InstrKind::kFreeScratch, .recompute = true, .step = i, .op = p.id, .bytes = scratch(p.id)});
+    for (auto [u, prior] : temporaries)
+      push_tensor(prior == State::kDead ? InstrKind::kFree : InstrKind::kRelease, i, u, true);
+    const Pos here = pos(i, part, k);
+    for (TensorId in : p.inputs)
+      if (death_[static_cast<size_t>(in)] == here && st_[static_cast<size_t>(in)].state == State::kOnDevice)
+        kill(i, in);
+    return Status::Ok();
+  }
+
+  Status emit() {
+    st_.assign(g_.tensors.size(), TensorState{});
+    p_.policy = s_.policy;
+    p_.budget_bytes = s_.budget_bytes;
+    p_.num_steps = num_ops();
+    p_.num_actions = keep_all() ? 0 : s_.num_actions();
+    FERRY_RETURN_IF_ERROR(emit_prologue());
+    for (const Op& op : g_.ops) {
+      for (Part part : {kBefore, kOp, kAfter}) {
+        if (part == kOp) {
+          FERRY_RETURN_IF_ERROR(emit_op(op));
+          continue;
+        }
+        const std::vector<Action>& list = actions(op.id, part);
+        for (size_t k = 0; k < list.size(); ++k) FERRY_RETURN_IF_ERROR(emit_action(op.id, part, k, list[k]));
+      }
+    }
+    for (const Tensor& t : g_.tensors)
+      if ((t.persistent() || t.id == g_.loss) && st_[static_cast<size_t>(t.id)].state != State::kOnDevice)
+        return Status::InvalidArgument(fmt::format(
+            "schedule '{}': {} '{}' is not on the device when the iteration ends ({}); bring it back before the end",
+            s_.policy, t.persistent() ? "persistent tensor" : "the loss", t.name, absence(t.id)));
+    return Status::Ok();
+  }
+
+  const Graph& g_;
+  const Schedule& s_;
+  const ProgramOptions& o_;
+  Program p_;
+  std::vector<OpId> producer_;
+  std::vector<Pos> last_read_;
+  std::vector<Pos> death_;
+  std::vector<TensorState> st_;
+};
+
+}  // namespace
+
+std::string_view to_string(InstrKind k) {
+  switch (k) {
+    case InstrKind::kAlloc: return "alloc";
+    case InstrKind::kFree: return "free";
+    case InstrKind::kRelease: return "release";
+    case InstrKind::kAllocScratch: return "alloc_scratch";
+    case InstrKind::kFreeScratch: return "free_scratch";
+    case InstrKind::kRun: return "run";
+    case InstrKind::kSwapOut: return "swap_out";
+    case InstrKind::kSwapIn: return "swap_in";
+  }
+  return "?";
+}
+
+std::string Program::to_text(const Graph& g) const {
+  std::string out;
+  for (const Instruction& in : instructions) {
+    std::string what;
+    switch (in.kind) {
+      case InstrKind::kRun:
+      case InstrKind::kAllocScratch:
+      case InstrKind::kFreeScratch: what = g.op(in.op).name; break;
+      default: what = g.tensor(in.tensor).name; break;
+    }
+    out += fmt::format("step {:<5} {:<13} {}", in.step, to_string(in.kind), what);
+    if (in.kind == InstrKind::kSwapOut || in.kind == InstrKind::kSwapIn) out += fmt::format(" ({})", to_string(in.tier));
+    if (in.bytes > 0 && in.kind != InstrKind::kRun) out += "  " + format_bytes(in.bytes);
+    if (in.inherit != kNoTensor) out += fmt::format("  (in place of {})", g.tensor(in.inherit).name);
+    if (in.recompute) out += "  [recompute]";
+    out += '\n';
+  }
+  return out;
+}
+
+Result<Program> lower_schedule(const Graph& g, const Schedule& s, const ProgramOptions& options) {
+  if (Status st = g.validate(); !st.ok()) return st.with_context(fmt::format("lower schedule '{}'", s.policy));
+  return Lowering(g, s, options).run();
+}
+
+}  // namespace ferry

@@ -1,0 +1,111 @@
+// Program: a Schedule lowered to one flat list of instructions in program order, which the
+// simulator (src/sim) and the executor (src/runtime) both interpret. Lowering is where the
+// Schedule's semantics (schedule.h) are decided, once; the interpreters only carry them out, so
+// both see the same allocations and frees in the same order and get the same addresses and peak.
+//
+// Order of one iteration
+//   prologue (step 0): kAlloc of every persistent tensor in tensor-id order, then of every data
+//                      input in tensor-id order.
+//   step i:            before[i] actions, in order
+//                      kAlloc of op i's transient outputs in output order (the first may inherit
+//                        its first input's block: in-place, below)
+//                      kAllocScratch(i) when op i has scratch
+//                      kRun(i)
+//                      kFreeScratch(i)
+//                      kFree of the tensors whose last use is op i: its inputs in input order,
+//                        then outputs that nobody reads (not the loss)
+//                      after[i] actions, in order
+//   Persistent tensors and the loss are never freed: they are still allocated after the last
+//   instruction (the caller reads the loss, then frees it before the next iteration).
+//
+// Actions
+//   kSwapOut(t, tier) -> kSwapOut                      (t must be on the device)
+//   kRelease(t)       -> kRelease                      (t must be on the device)
+//   kSwapIn(t, tier)  -> kAlloc t, kSwapIn             (t must be off the device, with a copy in tier)
+//   kRecompute(t)     -> kAlloc t (recompute), kAlloc of each other output of t's producer that is
+//                        off the device (a temporary), kAllocScratch, kRun (recompute),
+//                        kFreeScratch, kRelease of the temporaries (kFree where they are dead),
+//                        kFree of producer inputs whose last use was this recompute.
+//
+// Rules (violations are InvalidArgument naming the step, the action and the tensor)
+// - Last use counts every read in program order: ops and the producer inputs of recomputes. A
+//   tensor is freed right after its last use; no action may name it after that.
+// - An op (or recompute) may read only tensors on the device. A swap-in needs a copy in that tier;
+//   a copy is made by kSwapOut, survives kRelease and re-swap-in, and is dropped when the tensor
+//   dies or, for a persistent tensor, when an update op writes it. Swapping out to a tier that
+//   already holds a valid copy is an error (it would move the bytes twice).
+// - A recompute re-runs the producer out of place and writes all of its outputs; outputs that are
+//   on the device are overwritten with identical values (ops are deterministic), the others get
+//   a temporary block. Data inputs, persistent tensors and outputs of update ops cannot be
+//   recomputed.
+// - Persistent tensors and the loss must be on the device when the iteration ends.
+// - In-place (ProgramOptions::allow_inplace): op i's first output takes over its first input's
+//   block, with no kAlloc of its own, under the rule of analysis.h (inplace_capable op, input
+//   transient and not a data input, equal byte sizes) when the input's last use is op i itself.
+//
+// Timing rules the interpreters share (the program itself is timing-free)
+// - kRun waits for every tensor it reads to be ready (a swap-in in flight) and for any swap-out
+//   in flight from a block it writes (update ops, in-place outputs, recompute overwrites).
+// - kRelease and kFree wait for any swap-out in flight from the block they free.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "graph/graph.h"
+#include "plan/schedule.h"
+
+namespace ferry {
+
+enum class InstrKind : uint8_t {
+  kAlloc,         // allocate `tensor`'s device block (or take over `inherit`'s block)
+  kFree,          // `tensor` dies: free its block, drop its host/SSD copies
+  kRelease,       // free `tensor`'s block, keep its copies (it comes back, or is a recompute temporary)
+  kAllocScratch,  // allocate `op`'s scratch
+  kFreeScratch,   // free `op`'s scratch
+  kRun,           // run `op` on the compute stream
+  kSwapOut,       // start copying `tensor` to `tier`
+  kSwapIn,        // start copying `tensor` from `tier` into the block its kAlloc just made
+};
+std::string_view to_string(InstrKind k);
+
+struct Instruction {
+  InstrKind kind = InstrKind::kRun;
+  Tier tier = Tier::kHost;       // kSwapOut, kSwapIn
+  bool recompute = false;        // kAlloc, kAllocScratch, kRun, kFreeScratch, kRelease/kFree of a
+                                 // temporary: part of a kRecompute action
+  OpId step = 0;                 // the step whose part of the program emitted it
+  OpId op = kNoOp;               // kRun, kAllocScratch, kFreeScratch
+  TensorId tensor = kNoTensor;   // kAlloc, kFree, kRelease, kSwapOut, kSwapIn
+  TensorId inherit = kNoTensor;  // kAlloc only: in-place, `tensor` takes over this tensor's block
+                                 // (which dies here, dropping its copies)
+  uint64_t bytes = 0;            // the tensor's or the scratch's bytes
+  bool operator==(const Instruction&) const = default;
+};
+
+struct ProgramOptions {
+  std::vector<uint64_t> op_scratch_bytes;  // per op, or empty for none (as AnalysisOptions)
+  bool allow_inplace = true;
+};
+
+struct Program {
+  std::vector<Instruction> instructions;
+  std::string policy;             // Schedule::policy
+  uint64_t budget_bytes = 0;      // Schedule::budget_bytes
+  size_t num_steps = 0;
+  uint64_t persistent_bytes = 0;  // sum of persistent tensor bytes (allocated by the prologue)
+  size_t num_actions = 0;         // schedule actions lowered
+
+  // One line per instruction ("step 3  alloc  conv1.out  4.00 MiB  (inherits bn1.out)"),
+  // for tests, debugging and `ferry plan --explain`.
+  std::string to_text(const Graph& g) const;
+};
+
+// Lowers `s` for `g` (which must validate). An empty schedule (no before/after vectors) means
+// keep-all. Errors (InvalidArgument): schedule sizes that do not match the graph, scratch sizes
+// that do not match, tensor ids out of range, and every rule violation listed above.
+Result<Program> lower_schedule(const Graph& g, const Schedule& s, const ProgramOptions& options = {});
+
+}  // namespace ferry

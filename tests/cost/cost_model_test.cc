@@ -1,0 +1,169 @@
+#include "cost/cost_model.h"
+
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "cost/test_profile.h"
+#include "graph/builder.h"
+
+namespace ferry {
+namespace {
+
+using cost_test::round_profile;
+
+// A graph holding one conv: x [8, 64, 56, 56] * w [128, 64, 3, 3], stride 1, pad 1 -> y [8, 128, 56, 56].
+struct OneConv {
+  Graph g;
+  OneConv(DType dtype = DType::kF32) {
+    auto add = [&](const std::string& name, std::vector<int64_t> shape, TensorRole role) {
+      Tensor t;
+      t.id = static_cast<TensorId>(g.tensors.size());
+      t.name = name;
+      t.shape = std::move(shape);
+      t.dtype = dtype;
+      t.role = role;
+      t.bytes = static_cast<uint64_t>(t.numel()) * dtype_size(dtype);
+      g.tensors.push_back(t);
+      return t.id;
+    };
+    const TensorId x = add("x", {8, 64, 56, 56}, TensorRole::kInput);
+    const TensorId w = add("w", {128, 64, 3, 3}, TensorRole::kWeight);
+    const TensorId y = add("y", {8, 128, 56, 56}, TensorRole::kActivation);
+    Op op;
+    op.id = 0;
+    op.name = "conv";
+    op.type = OpType::kConv2d;
+    op.inputs = {x, w};
+    op.outputs = {y};
+    op.attrs.kernel_h = op.attrs.kernel_w = 3;
+    op.attrs.pad_h = op.attrs.pad_w = 1;
+    compute_op_costs(g, op);
+    g.ops.push_back(op);
+  }
+  const Op& op() const { return g.ops[0]; }
+};
+
+TEST(CostModelTest, ConvRooflineMatchesAHandComputation) {
+  OneConv c;
+  // By hand: each of the 8*128*56*56 outputs takes 64*3*3 multiply-adds, 2 FLOPs each.
+  const double flops = 2.0 * (8.0 * 128 * 56 * 56) * (64.0 * 3 * 3);
+  const double bytes = 4.0 * (8.0 * 64 * 56 * 56 + 128.0 * 64 * 3 * 3 + 8.0 * 128 * 56 * 56);
+  EXPECT_EQ(static_cast<double>(c.op().flops), flops);
+  EXPECT_EQ(static_cast<double>(c.op().bytes_read + c.op().bytes_written), bytes);
+  // round_profile: fp32 1e12 FLOP/s at conv efficiency 0.6; 1e11 B/s at 0.7; launch 5 us.
+  const double compute_us = flops / (1e12 * 0.6) * 1e6;  // 6165.6 us
+  const double memory_us = bytes / (1e11 * 0.7) * 1e6;   // 279.5 us
+  const CostModel cost(round_profile());
+  const OpCost oc = cost.op_cost(c.g, c.op());
+  EXPECT_FALSE(oc.measured);
+  EXPECT_EQ(oc.op_class, OpClass::kConv);
+  EXPECT_EQ(oc.unit, ComputeDType::kFp32);
+  EXPECT_DOUBLE_EQ(oc.compute_us, compute_us);
+  EXPECT_DOUBLE_EQ(oc.memory_us, memory_us);
+  EXPECT_TRUE(oc.compute_bound());
+  EXPECT_DOUBLE_EQ(oc.total_us, 5 + compute_us);
+
+  // TF32 tensor cores (2e12) when allowed.
+  const CostModel tf32(round_profile(), CostOptions{.allow_tf32 = true});
+  const OpCost ot = tf32.op_cost(c.g, c.op());
+  EXPECT_EQ(ot.unit, ComputeDType::kTf32);
+  EXPECT_DOUBLE_EQ(ot.total_us, 5 + flops / (2e12 * 0.6) * 1e6);
+}
+
+TEST(CostModelTest, HalfPrecisionUsesTheTensorCoreRateOrFallsBackToFp32) {
+  const CostModel cost(round_profile());
+  OneConv f16(DType::kF16);
+  const OpCost o16 = cost.op_cost(f16.g, f16.op());
+  EXPECT_EQ(o16.unit, ComputeDType::kFp16);
+  EXPECT_DOUBLE_EQ(o16.compute_us, static_cast<double>(f16.op().flops) / (4e12 * 0.6) * 1e6);
+  // round_profile has no bf16 unit (like a V100): the fp32 rate applies.
+  OneConv bf16(DType::kBF16);
+  const OpCost ob = cost.op_cost(bf16.g, bf16.op());
+  EXPECT_EQ(ob.unit, ComputeDType::kFp32);
+  EXPECT_DOUBLE_EQ(ob.compute_us, static_cast<double>(bf16.op().flops) / (1e12 * 0.6) * 1e6);
+}
+
+TEST(CostModelTest, ElementwiseOpsAreBandwidthBound) {
+  Graph g;
+  Tensor t;
+  t.id = 0;
+  t.name = "x";
+  t.shape = {1000000};
+  t.bytes = 4000000;
+  t.role = TensorRole::kInput;
+  g.tensors.push_back(t);
+  t.id = 1;
+  t.name = "y";
+  t.role = TensorRole::kActivation;
+  g.tensors.push_back(t);
+  Op op;
+  op.id = 0;
+  op.name = "relu";
+  op.type = OpType::kRelu;
+  op.inputs = {0};
+  op.outputs = {1};
+  compute_op_costs(g, op);
+  g.ops.push_back(op);
+  const OpCost oc = CostModel(round_profile()).op_cost(g, g.ops[0]);
+  // 8 MB over 1e11 B/s at 0.8 = 100 us; 1e6 FLOPs at 1e12 * 0.5 = 2 us; plus 5 us launch.
+  EXPECT_EQ(oc.op_class, OpClass::kElementwise);
+  EXPECT_DOUBLE_EQ(oc.memory_us, 100);
+  EXPECT_DOUBLE_EQ(oc.compute_us, 2);
+  EXPECT_FALSE(oc.compute_bound());
+  EXPECT_DOUBLE_EQ(oc.total_us, 105);
+}
+
+TEST(CostModelTest, MeasuredTimeWinsUnlessDisabled) {
+  OneConv c;
+  c.g.ops[0].time_us = 42.5;
+  const OpCost measured = CostModel(round_profile()).op_cost(c.g, c.op());
+  EXPECT_TRUE(measured.measured);
+  EXPECT_DOUBLE_EQ(measured.total_us, 42.5);
+  const CostModel roofline(round_profile(), CostOptions{.use_measured_times = false});
+  EXPECT_FALSE(roofline.op_cost(c.g, c.op()).measured);
+  EXPECT_GT(roofline.op_time_us(c.g, c.op()), 6000);
+  EXPECT_EQ(roofline.op_times_us(c.g), std::vector<double>{roofline.op_time_us(c.g, c.op())});
+}
+
+TEST(CostModelTest, TransferTimeIsLatencyPlusBytesOverEffectiveBandwidth) {
+  const CostModel cost(round_profile());
+  // Host link: nominal 2e9 B/s at efficiency 0.5 = 1000 B/us, 10 us latency.
+  EXPECT_DOUBLE_EQ(cost.transfer_us(TransferPath::kHostToDevice, 1000000), 10 + 1000);
+  EXPECT_DOUBLE_EQ(cost.transfer_us(TransferPath::kDeviceToHost, 0), 10);
+  // Through the host to the SSD: d2h, then write at 250 B/us + 50 us.
+  EXPECT_DOUBLE_EQ(cost.transfer_us(TransferPath::kDeviceToSsd, 1000000), (10 + 1000) + (50 + 4000));
+  // Back: read at 500 B/us + 100 us, then h2d.
+  EXPECT_DOUBLE_EQ(cost.transfer_us(TransferPath::kSsdToDevice, 1000000), (100 + 2000) + (10 + 1000));
+  EXPECT_DOUBLE_EQ(cost.link(Link::kSsdRead).bytes_per_us, 500);
+  EXPECT_TRUE(cost.copy_directions_concurrent());
+}
+
+TEST(CostModelTest, EveryOpTypeHasAClassAndClassesHaveNames) {
+  EXPECT_EQ(op_class_of(OpType::kConvBwdWeights), OpClass::kConv);
+  EXPECT_EQ(op_class_of(OpType::kLinearBwdData), OpClass::kMatMul);
+  EXPECT_EQ(op_class_of(OpType::kMatMul), OpClass::kMatMul);
+  EXPECT_EQ(op_class_of(OpType::kGradAccumulate), OpClass::kElementwise);
+  EXPECT_EQ(op_class_of(OpType::kLayerNormBwd), OpClass::kNorm);
+  EXPECT_EQ(op_class_of(OpType::kGlobalAvgPoolBwd), OpClass::kPooling);
+  EXPECT_EQ(op_class_of(OpType::kCrossEntropyBwd), OpClass::kSoftmax);
+  EXPECT_EQ(op_class_of(OpType::kEmbeddingBwd), OpClass::kEmbedding);
+  EXPECT_EQ(op_class_of(OpType::kMergeHeads), OpClass::kDataMovement);
+  EXPECT_EQ(op_class_of(OpType::kAdamUpdate), OpClass::kOptimizer);
+  EXPECT_EQ(op_class_of(OpType::kOpaque), OpClass::kOther);
+  for (size_t i = 0; i < kNumOpClasses; ++i) {
+    const auto c = static_cast<OpClass>(i);
+    EXPECT_EQ(op_class_from_string(to_string(c)), c);
+  }
+  // Only opaque ops land in "other": every known type has a real class.
+  for (int i = 0; i <= static_cast<int>(OpType::kOpaque); ++i) {
+    const auto t = static_cast<OpType>(i);
+    if (t != OpType::kOpaque) {
+      EXPECT_NE(op_class_of(t), OpClass::kOther) << to_string(t);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ferry

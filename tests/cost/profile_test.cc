@@ -1,0 +1,221 @@
+#include "cost/profile.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "cost/test_profile.h"
+
+namespace ferry {
+namespace {
+
+using Json = nlohmann::json;
+
+const std::vector<std::string> kShipped = {"a100-40gb-pcie4", "cpu-local", "h100-80gb-pcie5", "rtx4090-pcie4",
+                                           "v100-16gb-pcie3"};
+
+::testing::AssertionResult contains(const std::string& text, const std::string& part) {
+  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "'" << text << "' does not contain '" << part << "'";
+}
+
+std::string shipped_path(const std::string& name) { return std::string(FERRY_SOURCE_DIR) + "/profiles/" + name + ".json"; }
+
+Json shipped_json(const std::string& name) {
+  std::ifstream in(shipped_path(name));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return Json::parse(ss.str());
+}
+
+// Parses `doc` after `edit`, expecting InvalidArgument; returns the message.
+std::string parse_error(Json doc, const std::function<void(Json&)>& edit) {
+  edit(doc);
+  Result<HardwareProfile> p = parse_profile(doc.dump(), "edited.json");
+  EXPECT_FALSE(p.ok()) << "edit was accepted";
+  if (p.ok()) return "";
+  EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument);
+  return p.status().message();
+}
+
+// Dotted paths of every number and boolean in `j`, except under "sources".
+void leaves(const Json& j, const std::string& path, std::vector<std::string>& out) {
+  if (j.is_object()) {
+    for (auto it = j.begin(); it != j.end(); ++it) {
+      if (path.empty() && it.key() == "sources") continue;
+      leaves(it.value(), path.empty() ? it.key() : path + "." + it.key(), out);
+    }
+  } else if (j.is_number() || j.is_boolean()) {
+    if (path != "version") out.push_back(path);
+  }
+}
+
+class ProfilesDirGuard {
+ public:
+  explicit ProfilesDirGuard(const std::string& dir) { setenv("FERRY_PROFILES_DIR", dir.c_str(), 1); }
+  ~ProfilesDirGuard() { unsetenv("FERRY_PROFILES_DIR"); }
+};
+
+TEST(ProfileTest, ShippedProfilesLoadByNameAndCiteASourceForEveryNumber) {
+  const std::vector<std::string> names = list_profiles();
+  for (const std::string& name : kShipped) {
+    SCOPED_TRACE(name);
+    EXPECT_NE(std::find(names.begin(), names.end(), name), names.end());
+    Result<HardwareProfile> p = load_profile(name);
+    ASSERT_TRUE(p.ok()) << p.status().message();
+    EXPECT_EQ(p->name, name);
+    EXPECT_TRUE(validate_profile(*p).ok());
+    // Every number is covered by a source entry for itself or one of its enclosing sections.
+    std::vector<std::string> paths;
+    leaves(shipped_json(name), "", paths);
+    ASSERT_FALSE(paths.empty());
+    for (const std::string& path : paths) {
+      bool cited = false;
+      for (std::string prefix = path;; prefix = prefix.substr(0, prefix.rfind('.'))) {
+        auto it = p->sources.find(prefix);
+        if (it != p->sources.end() && !it->second.empty()) cited = true;
+        if (cited || prefix.find('.') == std::string::npos) break;
+      }
+      EXPECT_TRUE(cited) << path << " has no source";
+    }
+  }
+}
+
+TEST(ProfileTest, ShippedGpuProfilesCarryTheDatasheetNumbers) {
+  // Spot checks of the transcription (peaks are dense rates; see each file's sources).
+  Result<HardwareProfile> v100 = load_profile("v100-16gb-pcie3");
+  Result<HardwareProfile> a100 = load_profile("a100-40gb-pcie4");
+  ASSERT_TRUE(v100.ok() && a100.ok());
+  EXPECT_EQ(v100->peak_flops[static_cast<size_t>(ComputeDType::kFp32)], 14e12);
+  EXPECT_FALSE(v100->peak_flops[static_cast<size_t>(ComputeDType::kBf16)].has_value());  // Volta has none
+  EXPECT_EQ(a100->peak_flops[static_cast<size_t>(ComputeDType::kTf32)], 156e12);
+  EXPECT_EQ(a100->memory_bandwidth_bytes_per_s, 1555e9);
+  EXPECT_NEAR(v100->host_link.host_to_device.effective_bytes_per_s(), 12.6e9, 0.1e9);
+  EXPECT_TRUE(contains(load_profile("cpu-local")->notes, "PLACEHOLDERS"));
+}
+
+TEST(ProfileTest, JsonRoundTripAndSaveThenLoadByPath) {
+  HardwareProfile p = cost_test::round_profile();
+  p.peak_flops[static_cast<size_t>(ComputeDType::kBf16)] = 3e12;
+  p.notes = "with \"quotes\" and unicode \u00b5s";
+  Result<HardwareProfile> back = parse_profile(to_profile_json(p), "memory");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(*back, p);
+
+  const std::string path = ::testing::TempDir() + "/ferry_profile_roundtrip.json";
+  ASSERT_TRUE(save_profile(p, path).ok());
+  Result<HardwareProfile> loaded = load_profile(path);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+  EXPECT_EQ(*loaded, p);
+  std::filesystem::remove(path);
+}
+
+TEST(ProfileTest, UnknownNameListsTheKnownProfiles) {
+  Result<HardwareProfile> p = load_profile("tpu-v9");
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(contains(p.status().message(), "unknown hardware profile 'tpu-v9'"));
+  EXPECT_TRUE(contains(p.status().message(), "a100-40gb-pcie4, cpu-local, h100-80gb-pcie5"));
+  Result<HardwareProfile> missing = load_profile("/nonexistent/dir/x.json");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_TRUE(contains(missing.status().message(), "'/nonexistent/dir/x.json' does not exist"));
+}
+
+TEST(ProfileTest, EnvironmentVariableOverridesTheProfilesDirectory) {
+  const std::string dir = ::testing::TempDir() + "/ferry_profiles_env";
+  std::filesystem::create_directories(dir);
+  HardwareProfile mine = cost_test::round_profile();
+  mine.name = "mine";
+  ASSERT_TRUE(save_profile(mine, dir + "/mine.json").ok());
+  {
+    ProfilesDirGuard guard(dir);
+    EXPECT_EQ(profiles_dir(), dir);
+    EXPECT_EQ(list_profiles(), std::vector<std::string>{"mine"});
+    Result<HardwareProfile> p = load_profile("mine");
+    ASSERT_TRUE(p.ok()) << p.status().message();
+    EXPECT_EQ(p->name, "mine");
+    Result<HardwareProfile> gone = load_profile("a100-40gb-pcie4");
+    ASSERT_FALSE(gone.ok());
+    EXPECT_TRUE(contains(gone.status().message(), "known profiles (in " + dir + "): mine"));
+  }
+  EXPECT_TRUE(load_profile("a100-40gb-pcie4").ok());
+  std::filesystem::remove_all(dir);
+}
+
+TEST(ProfileTest, MalformedProfilesNameTheFieldAtFault) {
+  Result<HardwareProfile> bad = parse_profile("{\"format\": ", "bad.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(contains(bad.status().message(), "bad.json: malformed JSON"));
+
+  const Json good = shipped_json("a100-40gb-pcie4");
+  ASSERT_TRUE(parse_profile(good.dump(), "good.json").ok());
+  EXPECT_TRUE(contains(parse_error(good, [](Json& j) { j["memory"].erase("bandwidth_bytes_per_s"); }),
+                       "edited.json: memory.bandwidth_bytes_per_s: missing field"));
+  EXPECT_TRUE(contains(parse_error(good, [](Json& j) { j["host_link"]["host_to_device"]["nominal_bytes_per_s"] = 0; }),
+                       "host_link.host_to_device.nominal_bytes_per_s: 0 must be finite and > 0"));
+  EXPECT_TRUE(contains(parse_error(good, [](Json& j) { j["storage"]["write_bytes_per_s"] = -5e9; }),
+                       "storage.write_bytes_per_s: -5"));
+  EXPECT_TRUE(contains(parse_error(good, [](Json& j) { j["compute"]["peak_flops"]["fp16"] = -1; }),
+                       "compute.peak_flops.fp16: -1 must be finite and > 0"));
+  EXPECT_TRUE(contains(parse_error(good, [](Json& j) { j["compute"]["peak_flops"].erase("fp32"); }),
+                       "compute.peak_flops.fp32: missing"));
+  EXPECT_TRUE(contains(parse_error(good, [](Json& j) { j["compute"]["peak_flops"]["fp8"] = 1e15; }),
+                       "compute.peak_flops.fp8: unknown compute dtype"));
+  EXPECT_TRUE(contains(parse_error(good, [](Json& j) { j["compute"]["efficiency"]["conv"]["compute"] = 1.5; }),
+                       "compute.efficiency.conv.compute: 1.5 is not in (0, 1]"));
+  EXPECT_TRUE(contains(parse_error(good, [](Json& j) { j["compute"]["efficiency"].erase("softmax"); }),
+                       "compute.efficiency.softmax: missing field"));
+  EXPECT_TRUE(contains(parse_error(good, [](Json& j) { j["memory"]["bandwith_bytes_per_s"] = 1; }),
+                       "memory.bandwith_bytes_per_s: unknown field"));
+  EXPECT_TRUE(contains(parse_error(good, [](Json& j) { j["memory"]["capacity_bytes"] = -5; }),
+                       "memory.capacity_bytes: must be a byte count"));
+  EXPECT_TRUE(contains(parse_error(good, [](Json& j) { j["memory"]["capacity_bytes"] = "lots"; }),
+                       "memory.capacity_bytes:"));
+  EXPECT_TRUE(contains(parse_error(good, [](Json& j) { j["host_link"]["concurrent_directions"] = "yes"; }),
+                       "host_link.concurrent_directions: must be true or false"));
+  EXPECT_TRUE(contains(parse_error(good, [](Json& j) { j["storage"]["queue_depth"] = 0; }),
+                       "storage.queue_depth: 0 is not in [1, 1024]"));
+  EXPECT_TRUE(contains(parse_error(good, [](Json& j) { j["version"] = 2; }), "version: 2 is not supported"));
+  EXPECT_TRUE(contains(parse_error(good, [](Json& j) { j["format"] = "ferry-trace"; }),
+                       "format: 'ferry-trace' is not 'ferry-hardware-profile'"));
+  EXPECT_TRUE(contains(parse_error(good, [](Json& j) { j["host_link"] = 3; }), "host_link: must be a JSON object"));
+
+  Json with_string_capacity = good;
+  with_string_capacity["memory"]["capacity_bytes"] = "40GiB";
+  Result<HardwareProfile> p = parse_profile(with_string_capacity.dump(), "s.json");
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  EXPECT_EQ(p->memory_capacity_bytes, uint64_t{40} << 30);
+}
+
+TEST(ProfileTest, ValidationRejectsNonFiniteAndNonPositiveNumbers) {
+  HardwareProfile p = cost_test::round_profile();
+  ASSERT_TRUE(validate_profile(p).ok());
+  p.peak_flops[static_cast<size_t>(ComputeDType::kFp32)] = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_TRUE(contains(validate_profile(p).message(), "compute.peak_flops.fp32: nan must be finite and > 0"));
+  p = cost_test::round_profile();
+  p.host_link.device_to_host.latency_us = -1;
+  EXPECT_TRUE(contains(validate_profile(p).message(), "host_link.device_to_host.latency_us: -1 must be finite and >= 0"));
+  p = cost_test::round_profile();
+  p.memory_bandwidth_bytes_per_s = std::numeric_limits<double>::infinity();
+  EXPECT_TRUE(contains(validate_profile(p).message(), "memory.bandwidth_bytes_per_s: inf"));
+  p = cost_test::round_profile();
+  p.memory_capacity_bytes = 0;
+  EXPECT_TRUE(contains(validate_profile(p).message(), "memory.capacity_bytes"));
+
+  const Status saved = save_profile(p, ::testing::TempDir() + "/never_written.json");
+  EXPECT_EQ(saved.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(save_profile(cost_test::round_profile(), "/nonexistent/dir/p.json").code(), StatusCode::kIoError);
+}
+
+}  // namespace
+}  // namespace ferry
