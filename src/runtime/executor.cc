@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <algorithm>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -45,74 +46,65 @@ Init init_of(const Graph& g, TensorId w, bool transformer) {
 }  // namespace
 
 Executor::Executor(Graph graph, Backend& backend, std::unique_ptr<CompiledGraph> compiled, Analysis analysis,
-                   const ExecutorOptions& options, uint64_t budget)
+                   Program program, ProgramPlacement placement, const ExecutorOptions& options, uint64_t budget)
     : graph_(std::move(graph)),
       backend_(backend),
       compiled_(std::move(compiled)),
       analysis_(std::move(analysis)),
       options_(options),
       budget_bytes_(budget),
-      allocator_(budget, analysis_.plan.alignment, "device") {}
+      program_(std::move(program)),
+      placement_(std::move(placement)),
+      allocator_(budget, Backend::kDeviceAlignment, "device"),
+      block_(graph_.tensors.size(), kNoBlock) {}
 
 Executor::~Executor() {
   if (arena_) backend_.free(arena_);
 }
 
 Result<std::unique_ptr<Executor>> Executor::create(const Graph& graph, Backend& backend,
-                                                   const ExecutorOptions& options) {
+                                                   const ExecutorOptions& options, const Schedule* schedule) {
   FERRY_ASSIGN_OR_RETURN(std::unique_ptr<CompiledGraph> compiled, backend.compile(graph));
-  // Analyse with the sizes the backend will really use.
+  // Analyse and plan with the sizes the backend will really use.
   Graph sized = graph;
   for (Tensor& t : sized.tensors) t.bytes = compiled->tensor_bytes(t.id);
   AnalysisOptions ao;
   ao.op_scratch_bytes = compiled->all_scratch_bytes();
   ao.alignment = Backend::kDeviceAlignment;
   FERRY_ASSIGN_OR_RETURN(Analysis analysis, analyze(sized, ao));
-  FERRY_RETURN_IF_ERROR(check_memory_plan(sized, analysis.buffers, analysis.plan));
+  ProgramOptions po;
+  po.op_scratch_bytes = ao.op_scratch_bytes;
+  const Schedule keep = Schedule::keep_all(sized.ops.size());
+  FERRY_ASSIGN_OR_RETURN(Program program, lower_schedule(sized, schedule ? *schedule : keep, po));
+  FERRY_ASSIGN_OR_RETURN(ProgramPlacement placement, place_program(sized, program, ao.alignment));
 
-  const uint64_t persistent = analysis.persistent_region_bytes;
-  const uint64_t required = persistent + analysis.plan.arena_bytes;
+  const uint64_t required = placement.arena_bytes;
   if (options.budget_bytes != 0 && options.budget_bytes < required) {
     return Status::OutOfMemory(fmt::format(
-        "budget {} ({} bytes) is too small: this iteration needs {} ({} bytes) without a swap/recompute plan "
+        "budget {} ({} bytes) is too small: this iteration needs {} ({} bytes) with plan '{}' "
         "(weights and optimizer state {}, activations and workspace {})",
         format_bytes(options.budget_bytes), options.budget_bytes, format_bytes(required), required,
-        format_bytes(persistent), format_bytes(analysis.plan.arena_bytes)));
+        program.policy, format_bytes(placement.persistent_region_bytes),
+        format_bytes(required - placement.persistent_region_bytes)));
   }
   const uint64_t budget = options.budget_bytes != 0 ? options.budget_bytes : required;
-  std::unique_ptr<Executor> ex(
-      new Executor(std::move(sized), backend, std::move(compiled), std::move(analysis), options, budget));
-  ex->persistent_region_bytes_ = persistent;
+  std::unique_ptr<Executor> ex(new Executor(std::move(sized), backend, std::move(compiled), std::move(analysis),
+                                            std::move(program), std::move(placement), options, budget));
   FERRY_ASSIGN_OR_RETURN(ex->arena_, backend.allocate(std::max<uint64_t>(budget, 1)));
-
-  const Graph& g = ex->graph_;
-  ex->persistent_offset_.assign(g.tensors.size(), 0);
-  uint64_t offset = 0;
-  for (const Tensor& t : g.tensors) {
-    if (!t.persistent()) continue;
-    ex->persistent_offset_[t.id] = offset;
-    bool placed = ex->allocator_.allocate_at(offset, t.bytes);
-    FERRY_CHECK(placed, "persistent tensor {} could not be placed at {}", t.name, offset);
-    offset += align_up(t.bytes, ao.alignment);
-  }
-  const size_t steps = g.ops.size();
-  ex->buffers_starting_.assign(steps, {});
-  ex->buffers_ending_.assign(steps, {});
-  ex->scratch_buffer_.assign(steps, -1);
-  for (const Buffer& b : ex->analysis_.buffers) {
-    ex->buffers_starting_[b.first_step].push_back(b.id);
-    ex->buffers_ending_[b.last_step].push_back(b.id);
-    if (b.scratch_of != kNoOp) ex->scratch_buffer_[b.scratch_of] = b.id;
+  // Persistent tensors live across iterations: place them once, where the prologue puts them.
+  for (size_t k = 0; k < ex->program_.instructions.size(); ++k) {
+    const Instruction& in = ex->program_.instructions[k];
+    if (in.kind != InstrKind::kAlloc || !ex->graph_.tensor(in.tensor).persistent()) continue;
+    bool placed = ex->allocator_.allocate_at(ex->placement_.offset[k], in.bytes);
+    FERRY_CHECK(placed, "persistent tensor {} could not be placed", ex->graph_.tensor(in.tensor).name);
+    ex->block_[in.tensor] = ex->placement_.offset[k];
   }
   return ex;
 }
 
 DevicePtr Executor::address_of(TensorId t) const {
-  const Tensor& tt = graph_.tensor(t);
-  if (tt.persistent()) return arena_ + persistent_offset_[t];
-  int32_t b = analysis_.tensors[t].buffer;
-  FERRY_CHECK(b >= 0, "tensor {} has no buffer", tt.name);
-  return arena_ + (persistent_region_bytes_ + analysis_.plan.offsets[b]);
+  FERRY_CHECK(block_[t] != kNoBlock, "tensor {} is not on the device", graph_.tensor(t).name);
+  return arena_ + block_[t];
 }
 
 Status Executor::initialize() {
@@ -146,45 +138,96 @@ Status Executor::initialize() {
   return Status::Ok();
 }
 
+Status Executor::run_op(OpId id, const RunContext& ctx, DevicePtr scratch) {
+  const Op& op = graph_.ops[id];
+  in_ptrs_.clear();
+  out_ptrs_.clear();
+  for (TensorId t : op.inputs) in_ptrs_.push_back(address_of(t));
+  for (TensorId t : op.outputs) out_ptrs_.push_back(address_of(t));
+  const auto op_start = std::chrono::steady_clock::now();
+  Status s = compiled_->run(id, in_ptrs_, out_ptrs_, scratch, ctx);
+  if (options_.record_op_times) {
+    op_times_us_.resize(graph_.ops.size());
+    op_times_us_[id] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - op_start).count();
+  }
+  if (!s.ok()) return s.with_context(fmt::format("op '{}'", op.name));
+  return Status::Ok();
+}
+
 Result<IterationStats> Executor::run_iteration(int64_t iteration, DataSource& data) {
   const auto start = std::chrono::steady_clock::now();
   std::vector<std::vector<std::byte>> host_inputs;
   FERRY_RETURN_IF_ERROR(data.fill(graph_, iteration, host_inputs));
-  std::vector<TensorId> inputs = data_inputs(graph_);
+  const std::vector<TensorId> inputs = data_inputs(graph_);
   RunContext ctx;
   ctx.iteration = iteration;
   ctx.optimizer_step = ++optimizer_step_;
   ctx.dropout_seed = options_.seed;
-  std::vector<DevicePtr> in_ptrs, out_ptrs;
+  uint64_t scratch_offset = kNoBlock;
+  std::vector<TensorId> inherited;  // inputs whose block an output of the coming kRun took over
+  for (size_t k = 0; k < program_.instructions.size(); ++k) {
+    const Instruction& in = program_.instructions[k];
+    switch (in.kind) {
+      case InstrKind::kAlloc: {
+        if (graph_.tensor(in.tensor).persistent() && block_[in.tensor] != kNoBlock) break;  // placed in create()
+        if (in.inherit != kNoTensor) {
+          // In place: the output takes over the input's block; the input is still read by this
+          // step's op and dies with it.
+          block_[in.tensor] = block_[in.inherit];
+          inherited.push_back(in.inherit);
+          break;
+        }
+        bool placed = allocator_.allocate_at(placement_.offset[k], in.bytes);
+        FERRY_CHECK(placed, "instruction {}: '{}' does not fit at its planned offset", k, graph_.tensor(in.tensor).name);
+        block_[in.tensor] = placement_.offset[k];
+        if (graph_.tensor(in.tensor).role == TensorRole::kInput) {
+          size_t i = static_cast<size_t>(std::find(inputs.begin(), inputs.end(), in.tensor) - inputs.begin());
+          FERRY_RETURN_IF_ERROR(compiled_->from_plain(in.tensor, host_inputs[i], address_of(in.tensor)));
+        }
+        break;
+      }
+      case InstrKind::kFree:
+      case InstrKind::kRelease:
+        if (graph_.tensor(in.tensor).persistent()) break;
+        allocator_.free(block_[in.tensor]);
+        block_[in.tensor] = kNoBlock;
+        break;
+      case InstrKind::kAllocScratch: {
+        bool placed = allocator_.allocate_at(placement_.offset[k], in.bytes);
+        FERRY_CHECK(placed, "instruction {}: scratch of op {} does not fit at its planned offset", k, in.op);
+        scratch_offset = placement_.offset[k];
+        break;
+      }
+      case InstrKind::kFreeScratch:
+        allocator_.free(scratch_offset);
+        scratch_offset = kNoBlock;
+        break;
+      case InstrKind::kRun: {
+        DevicePtr scratch = scratch_offset != kNoBlock ? arena_ + scratch_offset : DevicePtr{};
+        FERRY_RETURN_IF_ERROR(run_op(in.op, ctx, scratch));
+        for (TensorId t : inherited) block_[t] = kNoBlock;
+        inherited.clear();
+        break;
+      }
+      case InstrKind::kSwapOut:
+      case InstrKind::kSwapIn:
+        return Status::Unsupported(fmt::format("step {}: swapping '{}' needs the transfer engine, which this "
+                                               "executor does not run yet",
+                                               in.step, graph_.tensor(in.tensor).name));
+    }
+  }
   float loss = std::nanf("");
-  for (size_t step = 0; step < graph_.ops.size(); ++step) {
-    for (int32_t b : buffers_starting_[step]) {
-      const Buffer& buf = analysis_.buffers[b];
-      bool placed = allocator_.allocate_at(persistent_region_bytes_ + analysis_.plan.offsets[b], buf.bytes);
-      FERRY_CHECK(placed, "buffer {} does not fit at its planned offset", b);
-    }
-    if (step == 0)
-      for (size_t i = 0; i < inputs.size(); ++i)
-        if (analysis_.tensors[inputs[i]].buffer >= 0)
-          FERRY_RETURN_IF_ERROR(compiled_->from_plain(inputs[i], host_inputs[i], address_of(inputs[i])));
-    const Op& op = graph_.ops[step];
-    in_ptrs.clear();
-    out_ptrs.clear();
-    for (TensorId t : op.inputs) in_ptrs.push_back(address_of(t));
-    for (TensorId t : op.outputs) out_ptrs.push_back(address_of(t));
-    DevicePtr scratch{};
-    if (scratch_buffer_[step] >= 0)
-      scratch = arena_ + (persistent_region_bytes_ + analysis_.plan.offsets[scratch_buffer_[step]]);
-    Status s = compiled_->run(static_cast<OpId>(step), in_ptrs, out_ptrs, scratch, ctx);
-    if (!s.ok()) return s.with_context(fmt::format("op '{}'", op.name));
-    if (step + 1 == graph_.ops.size() && graph_.loss != kNoTensor) {
-      FERRY_RETURN_IF_ERROR(compiled_->to_plain(
-          graph_.loss, address_of(graph_.loss), std::as_writable_bytes(std::span<float>(&loss, 1))));
-    }
-    for (int32_t b : buffers_ending_[step])
-      allocator_.free(persistent_region_bytes_ + analysis_.plan.offsets[b]);
+  if (graph_.loss != kNoTensor && block_[graph_.loss] != kNoBlock) {
+    FERRY_RETURN_IF_ERROR(compiled_->to_plain(graph_.loss, address_of(graph_.loss),
+                                              std::as_writable_bytes(std::span<float>(&loss, 1))));
   }
   FERRY_RETURN_IF_ERROR(backend_.synchronize());
+  // Whatever the program leaves allocated besides persistent tensors (the loss) dies now.
+  for (const Tensor& t : graph_.tensors)
+    if (!t.persistent() && block_[t.id] != kNoBlock) {
+      allocator_.free(block_[t.id]);
+      block_[t.id] = kNoBlock;
+    }
   IterationStats st;
   st.iteration = iteration;
   st.loss = loss;

@@ -1,5 +1,5 @@
 // Executor: runs training iterations of a graph on a backend inside one device arena of a fixed
-// capacity (the budget), following the static memory-sharing plan of the analysis.
+// capacity (the budget), executing a Schedule (plan/schedule.h) lowered to a Program.
 //
 // Design
 // - Measure first, then allocate (as ggml's graph allocator): the backend compiles the graph and
@@ -7,11 +7,12 @@
 //   runs on those sizes and produces the sharing plan; the arena is then allocated once at the
 //   budget. A budget below what the plan needs fails in create(), before any kernel runs, with a
 //   message that says how much is needed.
-// - Arena layout: [persistent region: weights and optimizer state, each at an aligned offset |
-//   transient region: the sharing plan's buffers at their planned offsets]. Every placement goes
-//   through the same OffsetAllocator the simulator uses (allocate_at at the planned offset when a
-//   buffer comes alive, free after its last step), so the measured peak is a real count of the
-//   bytes the allocator handed out, and it equals the analysis prediction byte for byte.
+// - The Schedule is lowered to a Program (plan/program.h) and every block of the program gets a
+//   static offset (plan/placement.h): [persistent region: weights and optimizer state | transient
+//   blocks placed by the analysis' sharing planner]. The executor interprets the program,
+//   allocating each block at its offset through the same OffsetAllocator the simulator uses, so
+//   the measured peak is a real count of the bytes the allocator handed out. For the keep plan
+//   it equals the analysis prediction byte for byte; for any plan it equals the simulator's.
 // - The executor owns all memory; kernels get addresses and never allocate.
 #pragma once
 
@@ -24,6 +25,9 @@
 #include "common/status.h"
 #include "data/data.h"
 #include "graph/graph.h"
+#include "plan/placement.h"
+#include "plan/program.h"
+#include "plan/schedule.h"
 #include "runtime/allocator.h"
 
 namespace ferry {
@@ -31,6 +35,7 @@ namespace ferry {
 struct ExecutorOptions {
   uint64_t budget_bytes = 0;  // device arena capacity; 0 = exactly what the plan needs
   uint64_t seed = 1;          // weight initialisation and dropout masks
+  bool record_op_times = false;  // time every op of every iteration (op_times_us())
 };
 
 struct IterationStats {
@@ -44,8 +49,10 @@ class Executor {
   // Compiles `graph` on `backend`, analyses it with the backend's sizes, checks the plan and
   // allocates the arena. Errors: kOutOfMemory when the budget is below required_bytes() (the
   // message gives the needed bytes), InvalidArgument for graphs the backend cannot run.
+  // `schedule` defaults to the keep plan (policy none). Errors of an invalid schedule:
+  // InvalidArgument naming the step and tensor.
   static Result<std::unique_ptr<Executor>> create(const Graph& graph, Backend& backend,
-                                                  const ExecutorOptions& options);
+                                                  const ExecutorOptions& options, const Schedule* schedule = nullptr);
   ~Executor();
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
@@ -60,21 +67,26 @@ class Executor {
   // The graph with the backend's tensor sizes, and its analysis.
   const Graph& graph() const { return graph_; }
   const Analysis& analysis() const { return analysis_; }
-  uint64_t persistent_region_bytes() const { return persistent_region_bytes_; }
-  // Bytes the plan needs: persistent region + sharing-plan arena.
-  uint64_t required_bytes() const { return persistent_region_bytes_ + analysis_.plan.arena_bytes; }
+  const Program& program() const { return program_; }
+  uint64_t persistent_region_bytes() const { return placement_.persistent_region_bytes; }
+  // Device bytes the plan needs: persistent region + placed transient blocks.
+  uint64_t required_bytes() const { return placement_.arena_bytes; }
   uint64_t budget_bytes() const { return budget_bytes_; }
   // Highest arena address handed out so far (the bytes of device memory actually used).
   uint64_t peak_device_bytes() const { return allocator_.stats().peak_high_water_bytes; }
   const AllocatorStats allocator_stats() const { return allocator_.stats(); }
+
+  // Wall time of every op in the last iteration, in microseconds (record_op_times only).
+  const std::vector<double>& op_times_us() const { return op_times_us_; }
 
   // Plain row-major copy of a persistent tensor (weights, optimizer state), for checks.
   Result<std::vector<std::byte>> read_persistent(TensorId t);
 
  private:
   Executor(Graph graph, Backend& backend, std::unique_ptr<CompiledGraph> compiled, Analysis analysis,
-           const ExecutorOptions& options, uint64_t budget);
+           Program program, ProgramPlacement placement, const ExecutorOptions& options, uint64_t budget);
   DevicePtr address_of(TensorId t) const;
+  Status run_op(OpId op, const RunContext& ctx, DevicePtr scratch);
 
   Graph graph_;
   Backend& backend_;
@@ -82,14 +94,15 @@ class Executor {
   Analysis analysis_;
   ExecutorOptions options_;
   uint64_t budget_bytes_ = 0;
-  uint64_t persistent_region_bytes_ = 0;
+  Program program_;
+  ProgramPlacement placement_;
   DevicePtr arena_{};
   OffsetAllocator allocator_;
-  std::vector<uint64_t> persistent_offset_;  // per tensor; only meaningful for persistent ones
-  std::vector<std::vector<int32_t>> buffers_starting_;  // per step
-  std::vector<std::vector<int32_t>> buffers_ending_;    // per step
-  std::vector<int32_t> scratch_buffer_;                 // per op, -1 when none
+  static constexpr uint64_t kNoBlock = ~uint64_t{0};
+  std::vector<uint64_t> block_;  // per tensor: offset of its device block, or kNoBlock
+  std::vector<DevicePtr> in_ptrs_, out_ptrs_;
   int64_t optimizer_step_ = 0;
+  std::vector<double> op_times_us_;
 };
 
 }  // namespace ferry

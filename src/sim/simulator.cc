@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "common/units.h"
+#include "plan/placement.h"
 
 namespace ferry {
 
@@ -54,8 +55,9 @@ size_t tier_index(Tier t) { return t == Tier::kHost ? 0 : 1; }
 class Simulation {
  public:
   Simulation(const Graph& g, const Program& p, const CostModel& cost, const SimOptions& o,
-             const std::vector<double>& op_us, uint64_t capacity, int32_t queue_depth)
-      : g_(g), p_(p), cost_(cost), o_(o), op_us_(op_us), alloc_(capacity, o.alignment, "device") {
+             const std::vector<double>& op_us, const ProgramPlacement& placement, uint64_t capacity,
+             int32_t queue_depth)
+      : g_(g), p_(p), cost_(cost), o_(o), op_us_(op_us), placement_(placement), alloc_(capacity, o.alignment, "device") {
     tensors_.resize(g.tensors.size());
     d2h_ = &stream_free_[0];
     h2d_ = cost.copy_directions_concurrent() ? &stream_free_[1] : &stream_free_[0];
@@ -120,8 +122,18 @@ class Simulation {
   }
 
   bool allocate(size_t k, const Instruction& in, std::optional<SimFailure>& failure, uint64_t& offset) {
-    AllocResult<uint64_t> r = alloc_.allocate(in.bytes);
-    if (!r.ok()) {
+    // Every block goes where the static placement put it (plan/placement.h), as in the executor.
+    const uint64_t at = placement_.offset[k];
+    if (!alloc_.allocate_at(at, in.bytes)) {
+      const AllocatorStats st = alloc_.stats();
+      AllocationFailure af;
+      af.arena = "device";
+      af.requested_bytes = in.bytes;
+      af.rounded_bytes = alloc_.rounded_size(in.bytes);
+      af.capacity_bytes = st.capacity_bytes;
+      af.in_use_bytes = st.in_use_bytes;
+      af.free_bytes = st.free_bytes;
+      af.largest_free_bytes = st.largest_free_bytes;
       SimFailure f;
       f.step = in.step;
       f.instruction = k;
@@ -130,11 +142,11 @@ class Simulation {
       f.time_us = now_;
       f.what = f.tensor != kNoTensor ? fmt::format("tensor '{}'", g_.tensor(f.tensor).name)
                                      : fmt::format("scratch of op '{}'", g_.op(f.op).name);
-      f.allocation = r.failure();
+      f.allocation = af;
       failure = std::move(f);
       return false;
     }
-    offset = *r;
+    offset = at;
     sample();
     return true;
   }
@@ -294,6 +306,7 @@ class Simulation {
   const CostModel& cost_;
   const SimOptions& o_;
   const std::vector<double>& op_us_;
+  const ProgramPlacement& placement_;
   OffsetAllocator alloc_;
   std::vector<TensorSim> tensors_;
   double now_ = 0;
@@ -360,12 +373,13 @@ Result<SimResult> simulate_program(const Graph& g, const Program& program, const
   uint64_t capacity = opts.budget_bytes != 0 ? opts.budget_bytes : program.budget_bytes;
   if (capacity == 0) capacity = kUnlimitedBytes;
 
+  FERRY_ASSIGN_OR_RETURN(ProgramPlacement placement, place_program(g, program, opts.alignment));
   std::optional<SimFailure> failure;
-  SimResult r = Simulation(g, program, cost, opts, op_us, capacity, depth).run(failure);
+  SimResult r = Simulation(g, program, cost, opts, op_us, placement, capacity, depth).run(failure);
   if (failure) {
     // Rerun without the limit: the user sees the whole iteration and how much it needs.
     std::optional<SimFailure> unlimited_failure;
-    r = Simulation(g, program, cost, opts, op_us, kUnlimitedBytes, depth).run(unlimited_failure);
+    r = Simulation(g, program, cost, opts, op_us, placement, kUnlimitedBytes, depth).run(unlimited_failure);
     r.budget_bytes = capacity;
     failure->required_bytes = r.peak_device_bytes;
     r.feasible = false;

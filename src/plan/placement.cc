@@ -1,0 +1,75 @@
+#include "plan/placement.h"
+
+#include <fmt/format.h>
+
+#include "analysis/sharing_plan.h"
+#include "common/units.h"
+
+namespace ferry {
+
+Result<ProgramPlacement> place_program(const Graph& g, const Program& p, uint64_t alignment) {
+  ProgramPlacement out;
+  out.offset.assign(p.instructions.size(), 0);
+  const OpId last_step = p.num_steps == 0 ? 0 : static_cast<OpId>(p.num_steps - 1);
+  std::vector<int32_t> open(g.tensors.size(), -1);  // tensor -> its current block
+  std::vector<size_t> opened_by;                     // block -> instruction that opened it
+  int32_t scratch_block = -1;
+  auto open_block = [&](size_t k, const Instruction& in, TensorId t, OpId scratch_of) {
+    Buffer b;
+    b.id = static_cast<int32_t>(out.blocks.size());
+    b.bytes = in.bytes;
+    b.first_step = in.step;
+    b.last_step = last_step;
+    if (t != kNoTensor) b.tensors.push_back(t);
+    b.scratch_of = scratch_of;
+    out.blocks.push_back(std::move(b));
+    opened_by.push_back(k);
+    return out.blocks.back().id;
+  };
+  for (size_t k = 0; k < p.instructions.size(); ++k) {
+    const Instruction& in = p.instructions[k];
+    switch (in.kind) {
+      case InstrKind::kAlloc: {
+        if (g.tensor(in.tensor).persistent()) {
+          out.offset[k] = out.persistent_region_bytes;
+          out.persistent_region_bytes += align_up(in.bytes, alignment);
+          break;
+        }
+        if (in.inherit != kNoTensor) {
+          int32_t b = open[in.inherit];
+          if (b < 0) return Status::Internal(fmt::format("instruction {}: in-place input has no block", k));
+          open[in.inherit] = -1;
+          open[in.tensor] = b;
+          out.blocks[b].tensors.push_back(in.tensor);
+          break;
+        }
+        open[in.tensor] = open_block(k, in, in.tensor, kNoOp);
+        break;
+      }
+      case InstrKind::kAllocScratch: scratch_block = open_block(k, in, kNoTensor, in.op); break;
+      case InstrKind::kFreeScratch:
+        if (scratch_block < 0) return Status::Internal(fmt::format("instruction {}: no scratch to free", k));
+        out.blocks[scratch_block].last_step = in.step;
+        scratch_block = -1;
+        break;
+      case InstrKind::kFree:
+      case InstrKind::kRelease: {
+        if (g.tensor(in.tensor).persistent()) break;
+        int32_t b = open[in.tensor];
+        if (b < 0) return Status::Internal(fmt::format("instruction {}: frees '{}', which has no block", k,
+                                                       g.tensor(in.tensor).name));
+        out.blocks[b].last_step = in.step;
+        open[in.tensor] = -1;
+        break;
+      }
+      default: break;
+    }
+  }
+  out.plan = plan_memory_sharing(out.blocks, alignment);
+  for (size_t b = 0; b < out.blocks.size(); ++b)
+    out.offset[opened_by[b]] = out.persistent_region_bytes + out.plan.offsets[b];
+  out.arena_bytes = out.persistent_region_bytes + out.plan.arena_bytes;
+  return out;
+}
+
+}  // namespace ferry

@@ -1,0 +1,41 @@
+// Static placement of a Program's device memory: an offset for every block it allocates.
+//
+// Design
+// - Every kAlloc (not inheriting) and kAllocScratch opens a block; the kFree/kRelease/
+//   kFreeScratch that ends it closes it; an in-place kAlloc extends its input's block. A block
+//   that is never closed (the loss) lives to the last step. Block lifetimes are step intervals,
+//   [step of the opening instruction, step of the closing one], which over-approximates the
+//   order inside a step and so never lets two blocks that coexist share bytes.
+// - Persistent tensors (weights, optimizer state) are laid out first, in tensor-id order, each at
+//   an aligned offset: the persistent region [0, persistent_region_bytes).
+// - The other blocks are placed by the analysis' memory-sharing planner (analysis/sharing_plan.h)
+//   after the persistent region. For the keep plan (policy none) these blocks are exactly the
+//   analysis' buffers, so the placement equals the analysis' static plan byte for byte.
+// - The executor and the simulator both allocate at these offsets (OffsetAllocator::allocate_at),
+//   so they see the same addresses and the same peak; a plan fits a budget iff arena_bytes <= it.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "analysis/analysis.h"
+#include "common/status.h"
+#include "graph/graph.h"
+#include "plan/program.h"
+
+namespace ferry {
+
+struct ProgramPlacement {
+  // Per instruction: the offset of the block a kAlloc (not inheriting) or kAllocScratch opens;
+  // unused for other instructions.
+  std::vector<uint64_t> offset;
+  uint64_t persistent_region_bytes = 0;
+  uint64_t arena_bytes = 0;  // device bytes the program needs: persistent region + transient blocks
+  std::vector<Buffer> blocks;  // transient blocks with step lifetimes (for checks and reports)
+  MemoryPlan plan;             // offsets of `blocks` relative to the end of the persistent region
+};
+
+// Places every block of `p`. Errors: a program that frees what it did not allocate (Internal).
+Result<ProgramPlacement> place_program(const Graph& g, const Program& p, uint64_t alignment);
+
+}  // namespace ferry
