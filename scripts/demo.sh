@@ -3,4 +3,4 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 dir=$("$root/scripts/build.sh")
-exec "$dir/ferry" analyze "$@"
+exec "$dir/ferry" train "$@"

@@ -18,8 +18,8 @@ void add_graph_options(CLI::App* app, GraphOptions& o, const std::string& defaul
   app->add_option("-b,--batch", o.batch, "Batch size")->capture_default_str();
   app->add_option("--image", o.image, "Input image side for CNNs (default: the model's, e.g. 224)");
   app->add_option("--seq", o.seq, "Sequence length for transformers (default: the model's, e.g. 1024)");
-  app->add_option("--optimizer", o.optimizer, "Optimizer whose state is part of the iteration: sgd (momentum 0.9) "
-                                              "or adam (AdamW)")
+  app->add_option("--optimizer", o.optimizer, "Optimizer, whose state is part of the iteration: sgd (momentum 0.9), "
+                                              "adam, or adamw (Adam with decoupled weight decay 0.01)")
       ->capture_default_str();
 }
 
@@ -31,6 +31,7 @@ Result<Graph> load_graph(const GraphOptions& o) {
   c.seq = o.seq;
   if (o.optimizer == "sgd") {
     c.train.optimizer = OptimizerKind::kSgd;
+    c.train.lr = 0.1f;  // the usual ResNet recipe: SGD, momentum 0.9, lr 0.1
   } else if (o.optimizer == "adam" || o.optimizer == "adamw") {
     c.train.optimizer = OptimizerKind::kAdam;
     c.train.lr = 1e-3f;

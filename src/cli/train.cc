@@ -22,7 +22,7 @@ namespace {
 
 struct TrainCliOptions {
   GraphOptions graph;
-  int64_t iters = 20;
+  int64_t iters = 30;
   std::string budget;
   uint64_t seed = 1;
   int threads = 0;
@@ -129,7 +129,7 @@ void register_train(CLI::App& app, std::function<int()>& action) {
   cmd->add_option("--budget", o->budget,
                   "Device memory budget: bytes or with a unit (6GiB, 512MiB, 1.5GB). Default: what the plan needs. "
                   "Too small a budget fails before the first kernel, saying how much is needed");
-  cmd->add_option("--lr", o->graph.lr, "Learning rate (default: 0.01 for sgd, 0.001 for adam)");
+  cmd->add_option("--lr", o->graph.lr, "Learning rate (default: 0.1 for sgd, 0.001 for adam and adamw)");
   cmd->add_option("--seed", o->seed, "Seed of the weights, the synthetic data and dropout")->capture_default_str();
   cmd->add_option("--threads", o->threads, "Compute threads (default: all cores)");
   cmd->add_option("--data", o->data, "Training data: synthetic (learnable, built in) or cifar10:DIR (binary batches)")

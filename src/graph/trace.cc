@@ -715,11 +715,13 @@ Result<Graph> load_trace(const std::string& path) {
   try {
     std::error_code ec;
     const auto kind = std::filesystem::status(path, ec).type();
+    // A path that does not name a readable file is bad input (exit code 2); a read that fails
+    // part-way is an I/O error.
     if (ec || kind == std::filesystem::file_type::not_found)
-      return Status::IoError(
+      return Status::InvalidArgument(
           fmt::format("cannot open trace '{}': {}", path, ec ? ec.message() : std::string("no such file")));
     if (kind != std::filesystem::file_type::regular)
-      return Status::IoError(fmt::format("cannot read trace '{}': not a regular file", path));
+      return Status::InvalidArgument(fmt::format("cannot read trace '{}': not a regular file", path));
     const uintmax_t size = std::filesystem::file_size(path, ec);
     if (ec) return Status::IoError(fmt::format("cannot read trace '{}': {}", path, ec.message()));
     if (size > kMaxTraceTextBytes)

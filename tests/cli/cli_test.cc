@@ -1,0 +1,160 @@
+// End-to-end tests of the `ferry` command: exit codes, messages, JSON and files it writes.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+struct Output {
+  int code = -1;
+  std::string out;  // stdout and stderr together
+};
+
+Output ferry(const std::string& args) {
+  std::string cmd = std::string(FERRY_BINARY) + " " + args + " 2>&1";
+  Output o;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return o;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) o.out.append(buf.data(), n);
+  int status = pclose(p);
+  o.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return o;
+}
+
+bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+std::string temp(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("ferry_cli_" + std::to_string(::getpid()) + "_" + name)).string();
+}
+
+TEST(Cli, HelpExplainsCommands) {
+  Output o = ferry("--help");
+  EXPECT_EQ(o.code, 0);
+  for (const char* c : {"analyze", "train", "list-models"}) EXPECT_TRUE(has(o.out, c)) << c;
+  Output a = ferry("analyze --help");
+  EXPECT_EQ(a.code, 0);
+  for (const char* f : {"--model", "--batch", "--image", "--seq", "--trace", "--json", "--steps", "--timeline",
+                        "--export-trace", "--optimizer"})
+    EXPECT_TRUE(has(a.out, f)) << f;
+  Output t = ferry("train --help");
+  for (const char* f : {"--budget", "--iters", "--lr", "--seed", "--threads", "--data", "--json"})
+    EXPECT_TRUE(has(t.out, f)) << f;
+}
+
+TEST(Cli, ListModels) {
+  Output o = ferry("list-models --json");
+  ASSERT_EQ(o.code, 0);
+  auto j = nlohmann::json::parse(o.out);
+  EXPECT_GE(j.size(), 20u);
+  EXPECT_TRUE(has(ferry("list-models").out, "preact-resnet1001"));
+}
+
+TEST(Cli, AnalyzeJsonHasTheDocumentedKeys) {
+  Output o = ferry("analyze --model resnet50 --batch 2 --json");
+  ASSERT_EQ(o.code, 0) << o.out;
+  auto j = nlohmann::json::parse(o.out);
+  for (const char* k : {"params", "forward_macs", "ops", "tensors", "weight_bytes", "activation_bytes",
+                        "peak_bytes_keep_all", "peak_bytes_free_at_last_use", "peak_bytes_shared", "lower_bound_bytes"})
+    EXPECT_TRUE(j.contains(k)) << k;
+  EXPECT_EQ(j["params"].get<uint64_t>(), 25557032u);
+  EXPECT_GE(j["peak_bytes_keep_all"].get<uint64_t>(), j["peak_bytes_free_at_last_use"].get<uint64_t>());
+  EXPECT_GE(j["peak_bytes_free_at_last_use"].get<uint64_t>(), j["lower_bound_bytes"].get<uint64_t>());
+  EXPECT_GE(j["peak_bytes_shared"].get<uint64_t>(), j["lower_bound_bytes"].get<uint64_t>());
+}
+
+TEST(Cli, StepsTimelineAndTraceRoundTrip) {
+  Output steps = ferry("analyze --model resnet-mini --batch 2 --steps");
+  ASSERT_EQ(steps.code, 0);
+  EXPECT_TRUE(has(steps.out, "Step1 in {t"));
+  const std::string csv = temp("timeline.csv"), trace = temp("trace.json");
+  Output a = ferry("analyze --model gpt2-mini --batch 2 --json --timeline " + csv + " --export-trace " + trace);
+  ASSERT_EQ(a.code, 0) << a.out;
+  std::ifstream in(csv);
+  std::string header;
+  std::getline(in, header);
+  EXPECT_TRUE(has(header, "live_bytes"));
+  size_t rows = 0;
+  for (std::string line; std::getline(in, line);) ++rows;
+  auto j = nlohmann::json::parse(a.out);
+  EXPECT_EQ(rows, j["ops"].get<size_t>());
+  Output b = ferry("analyze --trace " + trace + " --json");
+  ASSERT_EQ(b.code, 0) << b.out;
+  auto jb = nlohmann::json::parse(b.out);
+  for (const char* k : {"params", "ops", "tensors", "peak_bytes_keep_all", "peak_bytes_free_at_last_use",
+                        "peak_bytes_shared", "lower_bound_bytes", "activation_bytes"})
+    EXPECT_EQ(j[k], jb[k]) << k;
+  std::filesystem::remove(csv);
+  std::filesystem::remove(trace);
+}
+
+TEST(Cli, BadInputIsExitCode2WithOneLine) {
+  for (const char* args : {"analyze --model nosuchnet", "analyze --batch 0", "analyze --batch -4",
+                           "analyze --model resnet50 --seq 128", "analyze --model gpt2 --seq 4096",
+                           "analyze --model vgg16 --image 8", "analyze --trace /nonexistent/trace.json",
+                           "analyze --model resnet50 --batch 4000000000000", "analyze --optimizer lbfgs",
+                           "analyze --no-such-flag", "train --budget 12XB", "train --iters 0", "frobnicate"}) {
+    Output o = ferry(args);
+    EXPECT_EQ(o.code, 2) << args << ": " << o.out;
+    EXPECT_TRUE(has(o.out, "error")) << args << ": " << o.out;
+  }
+}
+
+TEST(Cli, MalformedTraceNamesTheProblem) {
+  const std::string path = temp("bad.json");
+  std::ofstream(path) << R"({"format": "ferry-trace", "version": 1, "model": "x", "tensors": [)";
+  Output o = ferry("analyze --trace " + path);
+  EXPECT_EQ(o.code, 2);
+  EXPECT_TRUE(has(o.out, "bad.json")) << o.out;
+  std::filesystem::remove(path);
+}
+
+TEST(Cli, TrainReportsLossesAndPeakAsJson) {
+  Output o = ferry("train --model resnet-mini --batch 2 --iters 2 --json");
+  ASSERT_EQ(o.code, 0) << o.out;
+  auto j = nlohmann::json::parse(o.out);
+  ASSERT_EQ(j["iterations"].size(), 2u);
+  for (const auto& it : j["iterations"]) {
+    EXPECT_TRUE(it.contains("iter"));
+    EXPECT_TRUE(it.contains("loss"));
+    EXPECT_TRUE(it.contains("time_ms"));
+  }
+  EXPECT_LE(j["peak_device_bytes"].get<uint64_t>(), j["budget_bytes"].get<uint64_t>());
+  EXPECT_EQ(j["peak_device_bytes"], j["predicted_peak_bytes"]);
+  EXPECT_TRUE(j.contains("median_iter_ms"));
+}
+
+TEST(Cli, TrainWithTooSmallBudgetFailsUpFrontWithTheNeededBytes) {
+  Output ok = ferry("train --model resnet-mini --batch 2 --iters 1 --json");
+  ASSERT_EQ(ok.code, 0);
+  const uint64_t needed = nlohmann::json::parse(ok.out)["predicted_peak_bytes"].get<uint64_t>();
+  Output o = ferry("train --model resnet-mini --batch 2 --iters 1 --budget " + std::to_string(needed - 1));
+  EXPECT_EQ(o.code, 1) << o.out;
+  EXPECT_TRUE(has(o.out, std::to_string(needed) + " bytes")) << o.out;
+  EXPECT_FALSE(has(o.out, "loss")) << "no iteration may run: " << o.out;
+  Output exact = ferry("train --model resnet-mini --batch 2 --iters 1 --json --budget " + std::to_string(needed));
+  EXPECT_EQ(exact.code, 0) << exact.out;
+}
+
+TEST(Cli, TrainIsBitwiseDeterministicForASeed) {
+  auto losses = [](const std::string& out) {
+    std::vector<double> v;
+    for (const auto& it : nlohmann::json::parse(out)["iterations"]) v.push_back(it["loss"].get<double>());
+    return v;
+  };
+  Output a = ferry("train --model gpt2-mini --batch 2 --seq 16 --iters 3 --optimizer adam --seed 5 --json");
+  Output b = ferry("train --model gpt2-mini --batch 2 --seq 16 --iters 3 --optimizer adam --seed 5 --json");
+  ASSERT_EQ(a.code, 0) << a.out;
+  ASSERT_EQ(b.code, 0) << b.out;
+  EXPECT_EQ(losses(a.out), losses(b.out));
+}
+
+}  // namespace
