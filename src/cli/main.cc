@@ -17,6 +17,8 @@ int main(int argc, char** argv) {
   std::function<int()> action;
   ferry::cli::register_analyze(app, action);
   ferry::cli::register_train(app, action);
+  ferry::cli::register_profile(app, action);
+  ferry::cli::register_plan(app, action);
   ferry::cli::register_list_models(app, action);
   try {
     app.parse(argc, argv);

@@ -384,13 +384,13 @@ Result<SimResult> simulate_program(const Graph& g, const Program& program, const
     failure->required_bytes = r.peak_device_bytes;
     r.feasible = false;
     const AllocationFailure& a = failure->allocation;
+    // Blocks sit at static offsets (plan/placement.h), so an allocation fails only where its
+    // block reaches past the budget.
     r.reason = fmt::format(
-        "does not fit in {} ({} bytes): at step {} ('{}') allocating {} of {} failed with {} in use, {} free, "
-        "largest free block {}{}; the plan needs {} ({} bytes) of device memory",
-        format_bytes(capacity), capacity, failure->step, g.op(failure->step).name, failure->what,
-        format_bytes(a.requested_bytes), format_bytes(a.in_use_bytes), format_bytes(a.free_bytes),
-        format_bytes(a.largest_free_bytes), a.fragmented() ? " (fragmented)" : "", format_bytes(r.peak_device_bytes),
-        r.peak_device_bytes);
+        "does not fit in {} ({} bytes): the plan needs {} ({} bytes) of device memory; the first block past the "
+        "budget is at step {} ('{}') allocating {} of {} ({} in use then)",
+        format_bytes(capacity), capacity, format_bytes(r.peak_device_bytes), r.peak_device_bytes, failure->step,
+        g.op(failure->step).name, failure->what, format_bytes(a.requested_bytes), format_bytes(a.in_use_bytes));
     if (unlimited_failure) r.reason += " (it also fails without a limit: sizes overflow the address space)";
     r.failure = std::move(failure);
   }

@@ -1,0 +1,98 @@
+// `ferry profile`: measure every op's time and the transfer paths of this machine; write a trace
+// with time_us filled and a hardware profile.
+#include <omp.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "backend/backend.h"
+#include "cli/commands.h"
+#include "cli/options.h"
+#include "common/units.h"
+#include "graph/trace.h"
+#include "runtime/profiler.h"
+
+namespace ferry::cli {
+
+namespace {
+
+struct ProfileOptions {
+  GraphOptions graph;
+  int iters = 5;
+  int warmup = 2;
+  int threads = 0;
+  uint64_t seed = 1;
+  std::string out;
+  std::string hardware_out;
+  std::string storage_dir;
+  std::string storage_bytes = "256MiB";
+};
+
+int run_profile(const ProfileOptions& o) {
+  if (o.out.empty()) return report(Status::InvalidArgument("--out FILE is required (the trace to write)"));
+  Result<uint64_t> storage_bytes = parse_bytes(o.storage_bytes);
+  if (!storage_bytes.ok()) return report(storage_bytes.status());
+  if (o.threads < 0) return report(Status::InvalidArgument("--threads must not be negative"));
+  if (o.threads > 0) omp_set_num_threads(o.threads);
+  Result<Graph> g = load_graph(o.graph);
+  if (!g.ok()) return report(g.status());
+  Result<std::unique_ptr<Backend>> backend = make_backend("cpu");
+  if (!backend.ok()) return report(backend.status());
+  auto data = make_synthetic_data(o.seed);
+  std::fprintf(stderr, "profiling %s: %d warm-up + %d measured iterations...\n", describe(*g).c_str(), o.warmup,
+               o.iters);
+  Result<OpProfile> ops = profile_ops(*g, **backend, *data, o.warmup, o.iters, o.seed);
+  if (!ops.ok()) return report(ops.status());
+  std::fprintf(stderr, "measuring device arena <-> host copies...\n");
+  Result<std::vector<TransferSample>> link = measure_host_link(**backend);
+  if (!link.ok()) return report(link.status());
+  const std::string dir =
+      o.storage_dir.empty() ? std::filesystem::path(o.out).parent_path().string() : o.storage_dir;
+  std::fprintf(stderr, "measuring direct I/O in '%s'...\n", dir.empty() ? "." : dir.c_str());
+  Result<std::vector<TransferSample>> storage = measure_storage(dir.empty() ? "." : dir, *storage_bytes);
+  if (!storage.ok()) return report(storage.status());
+
+  Graph timed = *g;
+  for (Op& op : timed.ops) op.time_us = ops->median_us[op.id];
+  if (Status s = save_trace(timed, o.out); !s.ok()) return report(s);
+  HardwareProfile hw = make_local_profile(*g, *ops, *link, *storage);
+  const std::string hw_path = o.hardware_out.empty() ? o.out + ".hardware.json" : o.hardware_out;
+  if (Status s = save_profile(hw, hw_path); !s.ok()) return report(s);
+
+  std::vector<double> iters = ops->iteration_ms;
+  std::sort(iters.begin(), iters.end());
+  std::printf("%s: median iteration %.1f ms over %zu iterations; peak device memory %s\n", describe(*g).c_str(),
+              iters[iters.size() / 2], iters.size(), format_bytes(ops->peak_device_bytes).c_str());
+  std::printf("  %-10s %12s %6s %14s %12s\n", "path", "request", "depth", "bandwidth", "latency");
+  for (const auto* v : {&*link, &*storage})
+    for (const TransferSample& s : *v)
+      std::printf("  %-10s %12s %6d %11.2f GB/s %9.1f us\n", s.path.c_str(), format_bytes(s.request_bytes).c_str(),
+                  s.queue_depth, s.bytes_per_s / 1e9, s.latency_us);
+  std::printf("wrote the trace (with measured op times) to %s and the hardware profile to %s\n", o.out.c_str(),
+              hw_path.c_str());
+  return 0;
+}
+
+}  // namespace
+
+void register_profile(CLI::App& app, std::function<int()>& action) {
+  auto o = std::make_shared<ProfileOptions>();
+  CLI::App* cmd = app.add_subcommand(
+      "profile", "Measure every op's time (median after warm-up) and this machine's transfer paths (arena <-> host "
+                 "memcpy, direct-I/O disk); write a trace with time_us and a hardware profile");
+  add_graph_options(cmd, o->graph, "resnet50", 8);
+  cmd->add_option("--out", o->out, "The trace file to write (format v1, with measured time_us)")->required();
+  cmd->add_option("--hardware-out", o->hardware_out, "The hardware profile to write (default: OUT.hardware.json)");
+  cmd->add_option("--iters", o->iters, "Measured iterations")->capture_default_str();
+  cmd->add_option("--warmup", o->warmup, "Warm-up iterations, not measured")->capture_default_str();
+  cmd->add_option("--threads", o->threads, "Compute threads (default: all cores)");
+  cmd->add_option("--seed", o->seed, "Seed of the weights and data")->capture_default_str();
+  cmd->add_option("--storage-dir", o->storage_dir, "Directory for the direct-I/O measurement (default: OUT's)");
+  cmd->add_option("--storage-bytes", o->storage_bytes, "Bytes written and read per storage measurement")
+      ->capture_default_str();
+  cmd->callback([o, &action] { action = [o] { return run_profile(*o); }; });
+}
+
+}  // namespace ferry::cli

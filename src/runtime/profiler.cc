@@ -1,0 +1,190 @@
+#include "runtime/profiler.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "common/units.h"
+#include "runtime/executor.h"
+
+namespace ferry {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::nth_element(v.begin(), v.begin() + static_cast<long>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+}  // namespace
+
+Result<OpProfile> profile_ops(const Graph& g, Backend& backend, DataSource& data, int warmup, int iters,
+                              uint64_t seed) {
+  if (warmup < 0 || iters <= 0)
+    return Status::InvalidArgument(fmt::format("profile needs iters > 0 and warmup >= 0, got {} and {}", iters, warmup));
+  ExecutorOptions eo;
+  eo.seed = seed;
+  eo.record_op_times = true;
+  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Executor> ex, Executor::create(g, backend, eo));
+  FERRY_RETURN_IF_ERROR(ex->initialize());
+  std::vector<std::vector<double>> samples(g.ops.size());
+  OpProfile out;
+  for (int it = 0; it < warmup + iters; ++it) {
+    FERRY_ASSIGN_OR_RETURN(IterationStats st, ex->run_iteration(it, data));
+    if (it < warmup) continue;
+    out.iteration_ms.push_back(st.time_ms);
+    for (size_t i = 0; i < g.ops.size(); ++i) samples[i].push_back(ex->op_times_us()[i]);
+  }
+  out.median_us.resize(g.ops.size());
+  for (size_t i = 0; i < g.ops.size(); ++i) out.median_us[i] = median(samples[i]);
+  out.peak_device_bytes = ex->peak_device_bytes();
+  return out;
+}
+
+Result<std::vector<TransferSample>> measure_host_link(Backend& backend) {
+  constexpr uint64_t kMax = 64ull << 20;
+  FERRY_ASSIGN_OR_RETURN(DevicePtr dev, backend.allocate(kMax));
+  std::vector<std::byte> host(kMax, std::byte{1});
+  std::vector<TransferSample> out;
+  for (uint64_t bytes : {uint64_t{4096}, uint64_t{1} << 20, uint64_t{16} << 20, kMax}) {
+    const int reps = static_cast<int>(std::clamp<uint64_t>((256ull << 20) / bytes, 3, 200));
+    for (int dir = 0; dir < 2; ++dir) {
+      std::vector<double> times;
+      for (int r = 0; r < reps; ++r) {
+        const auto t0 = Clock::now();
+        Status s = dir == 0 ? backend.copy_to_host(std::span<std::byte>(host.data(), bytes), dev)
+                            : backend.copy_to_device(dev, std::span<const std::byte>(host.data(), bytes));
+        if (s.ok()) s = backend.synchronize();
+        if (!s.ok()) {
+          backend.free(dev);
+          return s;
+        }
+        times.push_back(seconds_since(t0));
+      }
+      const double t = median(times);
+      out.push_back({dir == 0 ? "d2h" : "h2d", bytes, 1, static_cast<double>(bytes) / t, t * 1e6});
+    }
+  }
+  backend.free(dev);
+  return out;
+}
+
+Result<std::vector<TransferSample>> measure_storage(const std::string& dir, uint64_t total_bytes) {
+  std::string path = fmt::format("{}/ferry-profile-{}.tmp", dir, ::getpid());
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_DIRECT, 0600);
+  if (fd < 0)
+    return Status::IoError(fmt::format("cannot create '{}' with direct I/O: {}", path, std::strerror(errno)));
+  struct Cleanup {
+    int fd;
+    std::string path;
+    ~Cleanup() {
+      ::close(fd);
+      ::unlink(path.c_str());
+    }
+  } cleanup{fd, path};
+  constexpr uint64_t kAlign = 4096;
+  std::vector<TransferSample> out;
+  for (uint64_t request : {uint64_t{1} << 20, uint64_t{8} << 20}) {
+    for (int depth : {1, 4}) {
+      const uint64_t count = std::max<uint64_t>(total_bytes / request, static_cast<uint64_t>(depth));
+      void* raw = nullptr;
+      if (posix_memalign(&raw, kAlign, request * static_cast<uint64_t>(depth)) != 0)
+        return Status::OutOfMemory("cannot allocate direct-I/O buffers for the storage profile");
+      std::unique_ptr<void, decltype(&std::free)> buf(raw, &std::free);
+      std::memset(raw, 0x5a, request * static_cast<uint64_t>(depth));
+      for (int write = 1; write >= 0; --write) {
+        std::atomic<uint64_t> next{0};
+        std::atomic<int> error{0};
+        const auto t0 = Clock::now();
+        std::vector<std::thread> workers;
+        for (int w = 0; w < depth; ++w)
+          workers.emplace_back([&, w] {
+            char* b = static_cast<char*>(raw) + static_cast<uint64_t>(w) * request;
+            for (uint64_t i = next++; i < count && error == 0; i = next++) {
+              const off_t off = static_cast<off_t>(i * request);
+              ssize_t n = write ? ::pwrite(fd, b, request, off) : ::pread(fd, b, request, off);
+              if (n != static_cast<ssize_t>(request)) error = n < 0 ? errno : EIO;
+            }
+          });
+        for (auto& t : workers) t.join();
+        if (write && error == 0 && ::fdatasync(fd) != 0) error = errno;
+        const double t = seconds_since(t0);
+        if (error != 0)
+          return Status::IoError(fmt::format("direct I/O {} of '{}' failed: {}", write ? "write" : "read", path,
+                                             std::strerror(error)));
+        out.push_back({write ? "ssd_write" : "ssd_read", request, depth,
+                       static_cast<double>(count * request) / t, t * 1e6 / static_cast<double>(count) * depth});
+      }
+    }
+  }
+  return out;
+}
+
+HardwareProfile make_local_profile(const Graph& g, const OpProfile& ops, const std::vector<TransferSample>& link,
+                                   const std::vector<TransferSample>& storage) {
+  HardwareProfile p;
+  p.name = "cpu-local";
+  p.description = "This machine as `ferry profile` measured it: the CPU backend (oneDNN), its device arena and "
+                  "host pool in RAM, and the disk under the profile's directory";
+  p.notes = fmt::format("Measured on model {} (batch {}): op times are in the trace written alongside; "
+                        "peak_flops is the best rate one op reached. Re-run `ferry profile` to refresh.",
+                        g.info.model, g.info.batch);
+  double best_flops = 0;
+  for (const Op& op : g.ops)
+    if (ops.median_us[op.id] > 0) best_flops = std::max(best_flops, static_cast<double>(op.flops) / (ops.median_us[op.id] * 1e-6));
+  p.peak_flops[static_cast<size_t>(ComputeDType::kFp32)] = std::max(best_flops, 1e9);
+  p.launch_overhead_us = 2.0;
+  for (auto& e : p.efficiency) e = OpEfficiency{0.6, 0.6};
+  p.memory_capacity_bytes = 8ull << 30;
+  // Bandwidth: the best rate among the largest requests (small copies hit the caches and would
+  // overstate it); latency: the time of the smallest request.
+  auto best = [](const std::vector<TransferSample>& v, const std::string& path) {
+    uint64_t largest = 0, smallest = ~uint64_t{0};
+    for (const TransferSample& s : v)
+      if (s.path == path) largest = std::max(largest, s.request_bytes), smallest = std::min(smallest, s.request_bytes);
+    TransferSample b;
+    double lat = 0;
+    for (const TransferSample& s : v) {
+      if (s.path != path) continue;
+      if (s.request_bytes == largest && s.bytes_per_s > b.bytes_per_s) b = s;
+      if (s.request_bytes == smallest && (lat == 0 || s.latency_us < lat)) lat = s.latency_us;
+    }
+    b.latency_us = lat;
+    return b;
+  };
+  const TransferSample d2h = best(link, "d2h"), h2d = best(link, "h2d");
+  p.memory_bandwidth_bytes_per_s = std::max(2 * std::max(d2h.bytes_per_s, h2d.bytes_per_s), 1e9);
+  p.host_link.name = "memcpy between the device arena and the host pool (RAM to RAM), measured";
+  p.host_link.device_to_host = {std::max(d2h.bytes_per_s, 1.0), 1.0, d2h.latency_us};
+  p.host_link.host_to_device = {std::max(h2d.bytes_per_s, 1.0), 1.0, h2d.latency_us};
+  p.host_link.concurrent_directions = false;  // two memcpy threads share the memory bus and 2 cores
+  const TransferSample rd = best(storage, "ssd_read"), wr = best(storage, "ssd_write");
+  p.storage.name = "local disk, direct I/O, measured";
+  p.storage.read_bytes_per_s = std::max(rd.bytes_per_s, 1.0);
+  p.storage.write_bytes_per_s = std::max(wr.bytes_per_s, 1.0);
+  p.storage.read_latency_us = std::max(rd.latency_us, 1.0);
+  p.storage.write_latency_us = std::max(wr.latency_us, 1.0);
+  p.storage.queue_depth = std::max(rd.queue_depth, 1);
+  const std::string how = "Measured by `ferry profile` on this machine";
+  p.sources = {{"compute", how + " (best op rate of the profiled model)"},
+               {"memory", how + " (capacity: an 8 GiB arena budget; bandwidth: 2x the memcpy rate)"},
+               {"host_link", how + " (backend copies between the arena and host memory, 4 KiB to 64 MiB)"},
+               {"storage", how + " (O_DIRECT pwrite/pread, 1 and 8 MiB requests, queue depth 1 and 4)"}};
+  return p;
+}
+
+}  // namespace ferry

@@ -1,0 +1,49 @@
+// Profiler: information collection (the seed design's second module). It measures what one
+// training iteration costs on this machine: every op's time (median over several iterations after
+// warm-up) and the bandwidth and latency of each transfer path Ferry uses here, device arena <->
+// host pool (memcpy through the backend) and device <-> SSD (direct I/O files), at several request
+// sizes and queue depths. The results become a trace with `time_us` filled and a hardware profile.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "common/status.h"
+#include "cost/profile.h"
+#include "data/data.h"
+#include "graph/graph.h"
+
+namespace ferry {
+
+struct OpProfile {
+  std::vector<double> median_us;   // per op
+  std::vector<double> iteration_ms;  // every measured iteration (warm-up excluded)
+  uint64_t peak_device_bytes = 0;
+};
+
+// Runs `warmup + iters` training iterations and returns every op's median time.
+Result<OpProfile> profile_ops(const Graph& g, Backend& backend, DataSource& data, int warmup, int iters,
+                              uint64_t seed);
+
+struct TransferSample {
+  std::string path;          // "d2h", "h2d", "ssd_write", "ssd_read"
+  uint64_t request_bytes = 0;
+  int queue_depth = 1;
+  double bytes_per_s = 0;
+  double latency_us = 0;     // time of the smallest request
+};
+
+// Device arena <-> host pool copies through the backend, at several sizes.
+Result<std::vector<TransferSample>> measure_host_link(Backend& backend);
+// Direct-I/O writes and reads of a temporary file in `dir` (removed afterwards), at several request
+// sizes and queue depths. Errors: kIoError naming the file (e.g. a full disk).
+Result<std::vector<TransferSample>> measure_storage(const std::string& dir, uint64_t total_bytes);
+
+// A hardware profile of this machine from the measurements (peak FLOP/s = the best rate an op of
+// `g` reached; transfer paths from the samples).
+HardwareProfile make_local_profile(const Graph& g, const OpProfile& ops, const std::vector<TransferSample>& link,
+                                   const std::vector<TransferSample>& storage);
+
+}  // namespace ferry
