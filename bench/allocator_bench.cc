@@ -4,7 +4,7 @@
 //   pattern a training iteration produces (tensors born and dying in execution order).
 // - BM_FailedAllocate: the cost of a refused allocation without / with formatting its Status;
 //   callers that evict and retry should only format when they give up.
-// - BM_RegionPrefault: obtaining a pre-faulted region (Note [Prefaulting] in device_arena.cc),
+// - BM_RegionPrefault: obtaining a pre-faulted region (Note [Prefaulting] in common/host_region.cc),
 //   per method, reported as GiB/s. The first run on a fresh VM also pays the hypervisor's
 //   faults and is several times slower than later runs; run it more than once.
 //
@@ -19,7 +19,7 @@
 #include <benchmark/benchmark.h>
 
 #include "runtime/allocator.h"
-#include "runtime/device_arena.h"
+#include "common/host_region.h"
 
 namespace ferry {
 namespace {
@@ -71,7 +71,7 @@ BENCHMARK(BM_FailedAllocate)->ArgName("format")->Arg(0)->Arg(1);
 
 // Args: method (1 touch, 2 populate), threads (touch only), huge pages (0/1), MiB.
 void BM_RegionPrefault(benchmark::State& state) {
-  ArenaOptions options;
+  HostRegionOptions options;
   options.prefault = state.range(0) == 1 ? PrefaultMethod::kTouch : PrefaultMethod::kPopulate;
   options.prefault_threads = static_cast<int>(state.range(1));
   options.huge_pages = state.range(2) != 0;

@@ -4,9 +4,9 @@
 // - The CPU backend has no device memory, so "device memory" is one host region of exactly
 //   `capacity` bytes, obtained once and never grown: the memory budget is a hard limit, as a
 //   GPU's memory is, and the allocator inside sees the fragmentation a GPU arena would see.
-// - HostRegion is the mechanism: an anonymous mmap, 2 MiB-aligned and advised MADV_HUGEPAGE
-//   when it is at least 2 MiB, pre-faulted once at creation so that no training step pays page
-//   faults later. See Note [Prefaulting] in device_arena.cc for the measured choice of method.
+// - HostRegion (common/host_region.h) is the mechanism: an anonymous mmap, 2 MiB-aligned and
+//   advised MADV_HUGEPAGE when it is at least 2 MiB, pre-faulted once at creation so that no
+//   training step pays page faults later. See Note [Prefaulting] in common/host_region.cc.
 // - BasicArena<Ptr> = HostRegion + OffsetAllocator. The pointer type says where memory lives:
 //     DeviceArena = BasicArena<DevicePtr> (backend/device_ptr.h): addresses are opaque. Code
 //       outside the backend may compare, offset and print a DevicePtr but never dereference it,
@@ -33,60 +33,19 @@
 #include <string>
 
 #include "backend/device_ptr.h"
+#include "common/host_region.h"
 #include "common/status.h"
 #include "runtime/allocator.h"
 
 namespace ferry {
 
-enum class PrefaultMethod : uint8_t {
-  kNone,      // pages fault on first use (tests that want a lazily backed region)
-  kTouch,     // worker threads write one byte per page after MADV_HUGEPAGE (default, fastest)
-  kPopulate,  // MAP_POPULATE: the kernel faults every page inside mmap, on one thread, with
-              // 4 KiB pages, since MADV_HUGEPAGE can only be applied after the mapping exists
-};
-
 struct ArenaOptions {
-  // Names the memory in errors and allocator messages; empty means "device" for a DeviceArena
-  // and "host" for a HostPool (and "region" for a bare HostRegion).
-  std::string name = "";
-  uint64_t alignment = OffsetAllocator::kDefaultAlignment;  // of every block (power of two)
-  PrefaultMethod prefault = PrefaultMethod::kTouch;
-  int prefault_threads = 2;  // kTouch only; capped to one thread per 64 MiB
-  bool huge_pages = true;    // 2 MiB alignment + MADV_HUGEPAGE for regions >= 2 MiB
-  // Refuse (kOutOfMemory) a pre-faulted region larger than the host's MemAvailable, rather
-  // than let pre-faulting push the machine into swap or the OOM killer.
-  bool check_available_memory = true;
-};
-
-// One anonymous memory mapping of exactly `size()` usable bytes. Move-only; unmaps when destroyed.
-class HostRegion {
- public:
-  // Maps and pre-faults `bytes` bytes as `options` say. Errors: kInvalidArgument for 0 bytes,
-  // kOutOfMemory when the memory cannot be obtained (message names the region and the numbers).
-  static Result<HostRegion> map(uint64_t bytes, const ArenaOptions& options);
-
-  HostRegion() = default;
-  HostRegion(HostRegion&& other) noexcept;
-  HostRegion& operator=(HostRegion&& other) noexcept;
-  HostRegion(const HostRegion&) = delete;
-  HostRegion& operator=(const HostRegion&) = delete;
-  ~HostRegion();
-
-  std::byte* data() const { return data_; }
-  uint64_t size() const { return size_; }
-  // Alignment the base address was mapped at (2 MiB with huge pages, else the page size).
-  uint64_t base_alignment() const { return base_alignment_; }
-  // Seconds spent pre-faulting at creation (0 for PrefaultMethod::kNone).
-  double prefault_seconds() const { return prefault_seconds_; }
-
- private:
-  void unmap();
-
-  std::byte* data_ = nullptr;
-  uint64_t size_ = 0;
-  uint64_t mapped_bytes_ = 0;  // size_ rounded up to the page size
-  uint64_t base_alignment_ = 0;
-  double prefault_seconds_ = 0;
+  // How the region is obtained. An empty region.name means "device" for a DeviceArena and
+  // "host" for a HostPool; it names the arena in errors and allocator messages too.
+  HostRegionOptions region = {};  // "= {}": lets {.alignment = n} omit it without a warning
+  // Of every block (a power of two); the region's base is aligned to it as well, so that block
+  // addresses are.
+  uint64_t alignment = OffsetAllocator::kDefaultAlignment;
 };
 
 // A HostRegion managed by an OffsetAllocator. Ptr is DevicePtr or std::byte* (see top of file).
@@ -99,7 +58,8 @@ class BasicArena {
     Ptr ptr{};            // base() + offset
   };
 
-  // Obtains a region of exactly `capacity` bytes. Errors as HostRegion::map.
+  // Obtains a region of exactly `capacity` bytes. Errors as HostRegion::map; kInvalidArgument
+  // for an alignment that is not a power of two.
   static Result<BasicArena> create(uint64_t capacity, ArenaOptions options = {});
 
   BasicArena(BasicArena&&) noexcept = default;

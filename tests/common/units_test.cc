@@ -17,7 +17,9 @@ TEST(Units, ParseBytes) {
   for (const char* bad : {"", "GiB", "-5", "12XB", "1e30", "99999999999999999999", "abc"}) {
     Result<uint64_t> r = parse_bytes(bad);
     EXPECT_FALSE(r.ok()) << bad;
-    if (!r.ok()) EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad;
+    if (!r.ok()) {
+      EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << bad;
+    }
   }
 }
 

@@ -1,9 +1,5 @@
 #include "runtime/device_arena.h"
 
-#include <sys/mman.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -14,11 +10,15 @@
 
 #include <gtest/gtest.h>
 
+#include "common/mapping_probe.h"
 #include "common/units.h"
 #include "runtime/allocator_invariants.h"
 
 namespace ferry {
 namespace {
+
+using test::page_bytes;
+using test::resident_pages;
 
 constexpr uint64_t kKiB = 1024;
 constexpr uint64_t kMiB = 1024 * kKiB;
@@ -28,17 +28,8 @@ static_assert(!std::is_same_v<DeviceArena::Block, HostPool::Block>,
               "device and host blocks must not be interchangeable");
 static_assert(std::is_same_v<decltype(HostPool::Block::ptr), std::byte*>);
 
-uint64_t page_bytes() { return static_cast<uint64_t>(sysconf(_SC_PAGESIZE)); }
-
-// Resident pages of [data, data + bytes), or -1 when the range is not mapped (mincore: ENOMEM).
-int64_t resident_pages(const std::byte* data, uint64_t bytes) {
-  uint64_t pages = (bytes + page_bytes() - 1) / page_bytes();
-  std::vector<unsigned char> vec(pages);
-  if (mincore(const_cast<std::byte*>(data), bytes, vec.data()) != 0) return errno == ENOMEM ? -1 : -2;
-  int64_t n = 0;
-  for (unsigned char v : vec) n += v & 1;
-  return n;
-}
+// An arena whose pages fault on first use: for tests that do not need the memory resident.
+const ArenaOptions kLazy = {.region = {.prefault = PrefaultMethod::kNone}};
 
 // The byte a block with identity `id` holds at position `i`; differs between neighbours.
 std::byte pattern(uint64_t id, uint64_t i) {
@@ -77,48 +68,28 @@ TEST(DeviceArenaTest, RegionHasExactCapacityAndAlignedBase) {
   EXPECT_EQ(reinterpret_cast<uintptr_t>(coarse->base()) % (16 * kKiB), 0u);  // so block addresses are aligned
 }
 
-class PrefaultTest : public ::testing::TestWithParam<PrefaultMethod> {};
-
-TEST_P(PrefaultTest, PrefaultedRegionIsResidentAndLazyOneIsNot) {
-  const uint64_t capacity = 8 * kMiB + 4 * kKiB;
-  ArenaOptions options;
-  options.prefault = GetParam();
-  Result<DeviceArena> arena = DeviceArena::create(capacity, options);
-  ASSERT_TRUE(arena.ok()) << arena.status().message();
-  const int64_t pages = static_cast<int64_t>((capacity + page_bytes() - 1) / page_bytes());
-  const int64_t resident = resident_pages(arena->region().data(), capacity);
-  if (GetParam() == PrefaultMethod::kNone) {
-    EXPECT_EQ(resident, 0);
-    EXPECT_EQ(arena->region().prefault_seconds(), 0.0);
-  } else {
-    EXPECT_EQ(resident, pages);
-    EXPECT_GT(arena->region().prefault_seconds(), 0.0);
-  }
-  // Pre-faulting must not have changed the contents: a fresh region reads as zeros.
-  const std::byte* data = arena->region().data();
-  for (uint64_t i = 0; i < capacity; i += 511) ASSERT_EQ(data[i], std::byte{0}) << i;
+// The region options reach the region: a lazy arena has no resident pages, a default one is
+// fully resident (the pre-faulting itself is tested in tests/common/host_region_test.cc).
+TEST(DeviceArenaTest, RegionOptionsReachTheRegion) {
+  const uint64_t capacity = 4 * kMiB;
+  const int64_t pages = static_cast<int64_t>(capacity / page_bytes());
+  Result<DeviceArena> lazy = DeviceArena::create(capacity, kLazy);
+  ASSERT_TRUE(lazy.ok()) << lazy.status().message();
+  EXPECT_EQ(resident_pages(lazy->region().data(), capacity), 0);
+  Result<HostPool> faulted = HostPool::create(capacity);
+  ASSERT_TRUE(faulted.ok()) << faulted.status().message();
+  EXPECT_EQ(resident_pages(faulted->region().data(), capacity), pages);
+  Result<HostPool> plain =
+      HostPool::create(capacity, {.region = {.prefault = PrefaultMethod::kNone, .huge_pages = false}});
+  ASSERT_TRUE(plain.ok()) << plain.status().message();
+  EXPECT_EQ(plain->region().base_alignment(), page_bytes());
 }
-
-INSTANTIATE_TEST_SUITE_P(Methods, PrefaultTest,
-                         ::testing::Values(PrefaultMethod::kNone, PrefaultMethod::kTouch,
-                                           PrefaultMethod::kPopulate),
-                         [](const ::testing::TestParamInfo<PrefaultMethod>& info) {
-                           switch (info.param) {
-                             case PrefaultMethod::kNone:
-                               return std::string("None");
-                             case PrefaultMethod::kTouch:
-                               return std::string("Touch");
-                             case PrefaultMethod::kPopulate:
-                               return std::string("Populate");
-                           }
-                           return std::string("Unknown");
-                         });
 
 // Random allocate / place / free; every block holds its own pattern, checked when it is freed
 // and at the end. Overlapping blocks, or pointers that disagree with offsets, corrupt a pattern.
 TEST(DeviceArenaTest, RandomBlocksKeepTheirContents) {
   const uint64_t capacity = 4 * kMiB;
-  Result<DeviceArena> created = DeviceArena::create(capacity, {.prefault = PrefaultMethod::kNone});
+  Result<DeviceArena> created = DeviceArena::create(capacity, kLazy);
   ASSERT_TRUE(created.ok()) << created.status().message();
   DeviceArena& arena = *created;
   std::byte* host_base = arena.host_address(arena.base());
@@ -194,7 +165,7 @@ TEST(DeviceArenaTest, RandomBlocksKeepTheirContents) {
 }
 
 TEST(DeviceArenaTest, AllocateAtFollowsAStaticPlan) {
-  Result<DeviceArena> arena = DeviceArena::create(1 * kMiB, {.prefault = PrefaultMethod::kNone});
+  Result<DeviceArena> arena = DeviceArena::create(1 * kMiB, kLazy);
   ASSERT_TRUE(arena.ok()) << arena.status().message();
   const std::map<uint64_t, uint64_t> plan = {{0, 1000}, {1024, 2048}, {4096, 100}};
   for (auto [offset, bytes] : plan) {
@@ -210,7 +181,7 @@ TEST(DeviceArenaTest, AllocateAtFollowsAStaticPlan) {
 
 TEST(DeviceArenaTest, OutOfMemoryNamesTheArenaAndNumbers) {
   Result<DeviceArena> arena =
-      DeviceArena::create(1 * kMiB, {.name = "gpu0", .prefault = PrefaultMethod::kNone});
+      DeviceArena::create(1 * kMiB, {.region = {.name = "gpu0", .prefault = PrefaultMethod::kNone}});
   ASSERT_TRUE(arena.ok()) << arena.status().message();
   AllocResult<DeviceArena::Block> r = arena->allocate(2 * kMiB);
   ASSERT_FALSE(r.ok());
@@ -221,20 +192,16 @@ TEST(DeviceArenaTest, OutOfMemoryNamesTheArenaAndNumbers) {
     EXPECT_NE(st.message().find(s), std::string::npos) << s << " missing from: " << st.message();
 }
 
+// The region's errors name the arena (region-level cases: tests/common/host_region_test.cc).
 TEST(DeviceArenaTest, RegionThatCannotBeObtainedIsOutOfMemory) {
   const uint64_t too_much = 1ull << 50;  // 1 PiB: beyond this machine's memory and address space
-  for (bool check_available : {true, false}) {
-    ArenaOptions options;
-    options.check_available_memory = check_available;
-    options.prefault = check_available ? PrefaultMethod::kTouch : PrefaultMethod::kNone;
-    Result<DeviceArena> arena = DeviceArena::create(too_much, options);
-    ASSERT_FALSE(arena.ok());
-    EXPECT_EQ(arena.status().code(), StatusCode::kOutOfMemory);
-    const std::string& msg = arena.status().message();
-    EXPECT_NE(msg.find(std::to_string(too_much)), std::string::npos) << msg;
-    EXPECT_NE(msg.find(format_bytes(too_much)), std::string::npos) << msg;
-    EXPECT_NE(msg.find("'device'"), std::string::npos) << msg;
-  }
+  Result<DeviceArena> arena = DeviceArena::create(too_much);
+  ASSERT_FALSE(arena.ok());
+  EXPECT_EQ(arena.status().code(), StatusCode::kOutOfMemory);
+  const std::string& msg = arena.status().message();
+  EXPECT_NE(msg.find(std::to_string(too_much)), std::string::npos) << msg;
+  EXPECT_NE(msg.find(format_bytes(too_much)), std::string::npos) << msg;
+  EXPECT_NE(msg.find("'device'"), std::string::npos) << msg;
 }
 
 TEST(DeviceArenaTest, InvalidSizesAreRejected) {
@@ -248,7 +215,7 @@ TEST(DeviceArenaTest, InvalidSizesAreRejected) {
 }
 
 TEST(DeviceArenaTest, MoveKeepsBlocksAndDestructionUnmaps) {
-  Result<DeviceArena> created = DeviceArena::create(2 * kMiB, {.prefault = PrefaultMethod::kTouch});
+  Result<DeviceArena> created = DeviceArena::create(2 * kMiB);
   ASSERT_TRUE(created.ok()) << created.status().message();
   DeviceArena a = std::move(*created);
   EXPECT_EQ(created->capacity(), 0u);  // moved-from holds nothing
@@ -264,7 +231,7 @@ TEST(DeviceArenaTest, MoveKeepsBlocksAndDestructionUnmaps) {
   EXPECT_EQ(first_mismatch(b.host_address(block->ptr), block->bytes, 42), -1);
   b.free(*block);
 
-  Result<DeviceArena> other = DeviceArena::create(1 * kMiB, {.prefault = PrefaultMethod::kTouch});
+  Result<DeviceArena> other = DeviceArena::create(1 * kMiB);
   ASSERT_TRUE(other.ok());
   const std::byte* other_data = other->region().data();
   ASSERT_GT(resident_pages(other_data, 1 * kMiB), 0);
@@ -276,7 +243,7 @@ TEST(DeviceArenaTest, MoveKeepsBlocksAndDestructionUnmaps) {
 }
 
 TEST(DeviceArenaTest, HostPoolHandsOutHostPointers) {
-  Result<HostPool> pool = HostPool::create(1 * kMiB, {.prefault = PrefaultMethod::kNone});
+  Result<HostPool> pool = HostPool::create(1 * kMiB, kLazy);
   ASSERT_TRUE(pool.ok()) << pool.status().message();
   AllocResult<HostPool::Block> a = pool->allocate(10000);
   AllocResult<HostPool::Block> b = pool->allocate(10000);
@@ -293,7 +260,7 @@ TEST(DeviceArenaTest, HostPoolHandsOutHostPointers) {
 }
 
 TEST(DeviceArenaDeathTest, HostAddressOutsideTheArenaAborts) {
-  Result<DeviceArena> arena = DeviceArena::create(64 * kKiB, {.prefault = PrefaultMethod::kNone});
+  Result<DeviceArena> arena = DeviceArena::create(64 * kKiB, kLazy);
   ASSERT_TRUE(arena.ok());
   EXPECT_DEATH(arena->host_address(arena->base() + arena->capacity() + 1), "outside arena 'device'");
   EXPECT_DEATH(arena->host_address(DevicePtr{64}), "outside arena");
@@ -301,8 +268,8 @@ TEST(DeviceArenaDeathTest, HostAddressOutsideTheArenaAborts) {
 }
 
 TEST(DeviceArenaDeathTest, FreeingAnotherArenasBlockAborts) {
-  Result<DeviceArena> a = DeviceArena::create(64 * kKiB, {.name = "a", .prefault = PrefaultMethod::kNone});
-  Result<DeviceArena> b = DeviceArena::create(64 * kKiB, {.name = "b", .prefault = PrefaultMethod::kNone});
+  Result<DeviceArena> a = DeviceArena::create(64 * kKiB, {.region = {.name = "a", .prefault = PrefaultMethod::kNone}});
+  Result<DeviceArena> b = DeviceArena::create(64 * kKiB, {.region = {.name = "b", .prefault = PrefaultMethod::kNone}});
   ASSERT_TRUE(a.ok() && b.ok());
   AllocResult<DeviceArena::Block> in_a = a->allocate(100);
   AllocResult<DeviceArena::Block> in_b = b->allocate(100);  // same offset 0 in the other arena

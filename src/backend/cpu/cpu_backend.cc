@@ -19,14 +19,16 @@
 //   zero: oneDNN primitives write it, from_plain zeroes it, and element-wise kernels preserve it.
 #include "backend/cpu/cpu_backend.h"
 
-#include <cstdlib>
+#include <omp.h>
+
 #include <cstring>
+#include <map>
 
 #include <fmt/format.h>
 
 #include "backend/cpu/dnnl_util.h"
 #include "backend/cpu/kernel.h"
-#include "common/units.h"
+#include "common/host_region.h"
 
 namespace ferry {
 namespace cpu {
@@ -195,17 +197,28 @@ class CpuBackend final : public Backend {
     return std::unique_ptr<CompiledGraph>(std::move(cg));
   }
 
+  // Device memory is a pre-faulted HostRegion per allocate() (Note [Prefaulting] in
+  // common/host_region.cc), so the first training step pays no page faults inside kernels, and
+  // a region the host cannot hold is refused here with the numbers instead of meeting the OOM
+  // killer later. allocate() and free() are not thread-safe: call them from one thread (the
+  // executor allocates its arena once, when it is created, and frees it when destroyed).
   Result<DevicePtr> allocate(uint64_t bytes) override {
-    if (bytes == 0) return Status::InvalidArgument("cpu backend: cannot allocate a region of 0 bytes");
-    constexpr uint64_t kPage = 4096;  // page-aligned, which also satisfies kDeviceAlignment
-    void* p = std::aligned_alloc(kPage, align_up(bytes, kPage));
-    if (!p)
-      return Status::OutOfMemory(
-          fmt::format("cpu backend: cannot allocate a region of {} ({} bytes)", format_bytes(bytes), bytes));
-    return device_address(p);
+    FERRY_ASSIGN_OR_RETURN(HostRegion region,
+                           HostRegion::map(bytes, {.name = "cpu device memory",
+                                                   .min_alignment = kDeviceAlignment,
+                                                   .prefault_threads = omp_get_max_threads()}));
+    const DevicePtr ptr = device_address(region.data());
+    regions_.emplace(ptr.address, std::move(region));
+    return ptr;
   }
 
-  void free(DevicePtr region) override { std::free(host_address(region)); }
+  void free(DevicePtr region) override {
+    if (!region) return;
+    auto it = regions_.find(region.address);
+    FERRY_CHECK(it != regions_.end(), "cpu backend: free of {:#x}, which is not a region allocate() returned",
+                region.address);
+    regions_.erase(it);  // unmaps
+  }
 
   Status copy_to_device(DevicePtr dst, std::span<const std::byte> src) override {
     std::memcpy(host_address(dst), src.data(), src.size());
@@ -223,6 +236,7 @@ class CpuBackend final : public Backend {
 
  private:
   dnnl::engine engine_;
+  std::map<uint64_t, HostRegion> regions_;  // live allocations, by base address
 };
 
 }  // namespace
