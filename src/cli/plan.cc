@@ -9,6 +9,7 @@
 #include "backend/backend.h"
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "cli/planning.h"
 #include "common/units.h"
 #include "cost/cost_model.h"
 #include "cost/profile.h"
@@ -28,18 +29,11 @@ struct PlanOptions {
   bool logical_sizes = false;
   std::string trace_out;
   std::string plot;
+  std::string tier = "host";
+  bool find_min_budget = false;
+  bool sweep = false;
+  PolicyOptions policy_options;
 };
-
-// Sizes the plan is made for. On this machine's CPU backend, the real ones (blocked layouts,
-// oneDNN scratch), so that predictions match `ferry train` byte for byte; elsewhere the logical
-// tensor sizes of the graph and no scratch.
-Status apply_backend_sizes(Graph& g, std::vector<uint64_t>& scratch) {
-  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend("cpu"));
-  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<CompiledGraph> compiled, backend->compile(g));
-  for (Tensor& t : g.tensors) t.bytes = compiled->tensor_bytes(t.id);
-  scratch = compiled->all_scratch_bytes();
-  return Status::Ok();
-}
 
 nlohmann::json to_json(const SimResult& r, uint64_t budget) {
   nlohmann::json j;
@@ -69,6 +63,101 @@ nlohmann::json to_json(const SimResult& r, uint64_t budget) {
   return j;
 }
 
+// Predicted iteration time vs budget for one or all policies; an SVG with --plot.
+int run_sweep(const PlanOptions& o, const Graph& g, const CostModel& cost, PlanContext base) {
+  std::vector<std::string> policies;
+  if (o.policy == "all") {
+    for (const PolicyInfo& p : list_policies()) policies.push_back(p.name);
+  } else {
+    policies.push_back(o.policy);
+  }
+  PlanContext unlimited = base;
+  unlimited.budget_bytes = 0;
+  Result<PlanReport> none = plan_policy("none", unlimited);
+  if (!none.ok()) return report(none.status());
+  SimOptions so;
+  so.op_scratch_bytes = base.op_scratch_bytes;
+  so.record_timeline = false;
+  Result<SimResult> ref = simulate(g, none->schedule, cost, so);
+  if (!ref.ok()) return report(ref.status());
+  const uint64_t peak = ref->peak_device_bytes;
+  const std::vector<double> fractions = {1.0, 0.9, 0.75, 0.6, 0.5, 0.4, 0.33, 0.25, 0.2, 0.15, 0.1};
+  nlohmann::json rows = nlohmann::json::array();
+  std::printf("%s on %s: predicted iteration time (ms) / slowdown vs no limit (%.2f ms, peak %s)\n",
+              describe(g).c_str(), cost.profile().name.c_str(), ref->iteration_us / 1e3, format_bytes(peak).c_str());
+  std::printf("%-16s", "policy");
+  for (double f : fractions) std::printf(" %9.0f%%", f * 100);
+  std::printf("\n");
+  std::vector<std::vector<double>> table;
+  for (const std::string& p : policies) {
+    std::printf("%-16s", p.c_str());
+    std::vector<double> line;
+    for (double f : fractions) {
+      PlanContext ctx = base;
+      ctx.budget_bytes = static_cast<uint64_t>(static_cast<double>(peak) * f);
+      Result<PlanReport> plan = plan_policy(p, ctx);
+      double ms = -1;
+      if (plan.ok()) {
+        SimOptions s = so;
+        s.budget_bytes = ctx.budget_bytes;
+        Result<SimResult> r = simulate(g, plan->schedule, cost, s);
+        if (r.ok() && r->feasible) ms = r->iteration_us / 1e3;
+      }
+      line.push_back(ms);
+      rows.push_back({{"policy", p}, {"budget_fraction", f}, {"budget_bytes", ctx.budget_bytes},
+                      {"iteration_ms", ms < 0 ? nlohmann::json() : nlohmann::json(ms)}});
+      if (ms < 0) std::printf(" %10s", "-");
+      else std::printf(" %5.0f x%3.2f", ms, ms * 1e3 / ref->iteration_us);
+      std::fflush(stdout);
+    }
+    std::printf("\n");
+    table.push_back(line);
+  }
+  std::printf("(- = the policy cannot fit that budget)\n");
+  if (o.json) std::printf("%s\n", rows.dump(2).c_str());
+  if (!o.plot.empty()) {
+    // A small SVG line chart: slowdown vs budget fraction, one line per policy.
+    const double w = 860, h = 480, l = 70, r = 180, t = 40, b = 60;
+    const double ymax = 4.0;
+    std::string svg = fmt::format("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
+                                  "font-family=\"Helvetica, Arial, sans-serif\" font-size=\"12\">\n"
+                                  "<rect width=\"{}\" height=\"{}\" fill=\"white\"/>\n", w, h, w, h);
+    svg += fmt::format("<text x=\"{}\" y=\"24\" font-size=\"15\" font-weight=\"bold\">{} on {}: slowdown vs "
+                       "memory budget</text>\n", l, describe(g), cost.profile().name);
+    auto X = [&](double f) { return l + (1.0 - f) / 0.9 * (w - l - r); };
+    auto Y = [&](double s) { return h - b - (std::min(s, ymax) - 1.0) / (ymax - 1.0) * (h - t - b); };
+    for (double s = 1.0; s <= ymax + 1e-9; s += 0.5)
+      svg += fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" stroke=\"#ddd\"/><text x=\"{}\" "
+                         "y=\"{:.1f}\" text-anchor=\"end\">{:.1f}x</text>\n", l, Y(s), w - r, Y(s), l - 6, Y(s) + 4, s);
+    for (double f : fractions)
+      svg += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{:.0f}%</text>\n", X(f), h - b + 18,
+                         f * 100);
+    svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">budget (% of the no-swap peak, {})</text>\n",
+                       (l + w - r) / 2, h - 18, format_bytes(peak));
+    static const char* kColors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+                                    "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+    for (size_t i = 0; i < table.size(); ++i) {
+      std::string pts;
+      for (size_t k = 0; k < fractions.size(); ++k)
+        if (table[i][k] > 0)
+          pts += fmt::format("{:.1f},{:.1f} ", X(fractions[k]), Y(table[i][k] * 1e3 / ref->iteration_us));
+      const char* c = kColors[i % 10];
+      svg += fmt::format("<polyline points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\"/>\n", pts, c);
+      svg += fmt::format("<text x=\"{}\" y=\"{}\" fill=\"{}\">{}</text>\n", w - r + 12, t + 18 * (i + 1), c,
+                         policies[i]);
+    }
+    svg += "</svg>\n";
+    FILE* f = std::fopen(o.plot.c_str(), "w");
+    if (!f || std::fwrite(svg.data(), 1, svg.size(), f) != svg.size()) {
+      if (f) std::fclose(f);
+      return report(Status::IoError(fmt::format("cannot write '{}'", o.plot)));
+    }
+    std::fclose(f);
+    std::printf("plot written to %s\n", o.plot.c_str());
+  }
+  return 0;
+}
+
 int run_plan(const PlanOptions& o) {
   Result<Graph> g = load_graph(o.graph);
   if (!g.ok()) return report(g.status());
@@ -81,17 +170,37 @@ int run_plan(const PlanOptions& o) {
     if (*b == 0) return report(Status::InvalidArgument("--budget must be positive"));
     budget = *b;
   }
+  // On this machine's CPU backend, plan with its real sizes (blocked layouts, oneDNN scratch), so
+  // that predictions match `ferry train` byte for byte; elsewhere with the graph's logical sizes.
   std::vector<uint64_t> scratch;
   const bool local = hw->name.rfind("cpu", 0) == 0;
   if (local && !o.logical_sizes) {
-    if (Status s = apply_backend_sizes(*g, scratch); !s.ok()) return report(s);
+    Result<std::vector<uint64_t>> s = apply_backend_sizes(*g);
+    if (!s.ok()) return report(s.status());
+    scratch = std::move(*s);
   }
-  if (o.policy != "none")
-    return report(Status::InvalidArgument(fmt::format("unknown policy '{}' (known: none)", o.policy)));
-  Schedule schedule = Schedule::keep_all(g->ops.size());
-  schedule.policy = o.policy;
-  schedule.budget_bytes = budget;
+  Result<Tier> tier = parse_tier(o.tier);
+  if (!tier.ok()) return report(tier.status());
   CostModel cost(*hw);
+  PlanContext ctx{.graph = *g, .cost = cost, .budget_bytes = budget, .tier = *tier, .op_scratch_bytes = scratch};
+  ctx.options = o.policy_options;
+  if (o.sweep) return run_sweep(o, *g, cost, ctx);
+  if (o.find_min_budget) {
+    Result<uint64_t> min = find_min_budget(o.policy, ctx);
+    if (!min.ok()) return report(min.status());
+    if (o.json) {
+      std::printf("{\"policy\": \"%s\", \"min_budget_bytes\": %llu}\n", o.policy.c_str(),
+                  static_cast<unsigned long long>(*min));
+    } else {
+      std::printf("%s with policy %s fits in %s (%llu bytes) at the least\n", describe(*g).c_str(), o.policy.c_str(),
+                  format_bytes(*min).c_str(), static_cast<unsigned long long>(*min));
+    }
+    return 0;
+  }
+  Result<PlanReport> planned = plan_policy(o.policy, ctx);
+  if (!planned.ok()) return report(planned.status());
+  Schedule schedule = planned->schedule;
+  schedule.budget_bytes = budget;
   SimOptions so;
   so.budget_bytes = budget;
   so.op_scratch_bytes = scratch;
@@ -108,6 +217,9 @@ int run_plan(const PlanOptions& o) {
     std::printf("%s on %s, policy %s, budget %s\n", describe(*g).c_str(), hw->name.c_str(), o.policy.c_str(),
                 format_bytes(budget).c_str());
     std::printf("  %s\n", r->feasible ? "fits" : ("DOES NOT FIT: " + r->reason).c_str());
+    std::printf("  plan        %zu tensors swapped to %s, %zu recomputed%s%s\n", planned->swapped_tensors,
+                o.tier.c_str(), planned->recomputed_tensors, planned->notes.empty() ? "" : "; ",
+                planned->notes.c_str());
     std::printf("  iteration   %10.2f ms  (compute %.2f ms, recompute %.2f ms, stalls %.2f ms)\n",
                 r->iteration_us / 1e3, r->compute_busy_us / 1e3, r->recompute_us / 1e3, r->stall_us / 1e3);
     std::printf("  device peak %10s  (weights and optimizer state %s)\n", format_bytes(r->peak_device_bytes).c_str(),
@@ -117,6 +229,7 @@ int run_plan(const PlanOptions& o) {
                 format_bytes(r->bytes_ssd_read).c_str());
     for (size_t i = 0; i < std::min<size_t>(3, r->top_stalls.size()); ++i) {
       const Stall& s = r->top_stalls[i];
+      if (s.wait_us < 1.0) continue;
       std::printf("  stall       %.2f ms at step %d ('%s') waiting for '%s'\n", s.wait_us / 1e3, s.step,
                   g->op(s.step).name.c_str(), s.tensor != kNoTensor ? g->tensor(s.tensor).name.c_str() : "?");
     }
@@ -139,7 +252,20 @@ void register_plan(CLI::App& app, std::function<int()>& action) {
                   "rtx4090-pcie4, cpu-local) or a path to a profile file")
       ->capture_default_str();
   cmd->add_option("--budget", o->budget, "Device memory budget (bytes or 6GiB, 512MiB...). Default: the device's capacity");
-  cmd->add_option("--policy", o->policy, "Memory plan policy")->capture_default_str();
+  std::string policies;
+  for (const PolicyInfo& p : list_policies()) policies += "\n    " + p.name + ": " + p.summary;
+  cmd->add_option("--policy", o->policy, "Memory plan policy:" + policies)->capture_default_str();
+  cmd->add_option("--tier", o->tier, "Where swapped tensors go: host or ssd")->capture_default_str();
+  cmd->add_flag("--find-min-budget", o->find_min_budget,
+                "Bisect the smallest budget at which the policy's plan fits, and print it");
+  cmd->add_flag("--sweep", o->sweep,
+                "Table of predicted iteration time vs budget (100% down to 10% of the no-swap peak) for the policy, "
+                "or for every policy with --policy all; with --plot, an SVG of the table");
+  cmd->add_option("--swapin-ahead", o->policy_options.lms_swapin_ahead, "lms: swap in this many ops ahead")
+      ->capture_default_str();
+  cmd->add_option("--checkmate-time-limit", o->policy_options.checkmate_time_limit_s,
+                  "checkmate: CBC time limit per solve, seconds")
+      ->capture_default_str();
   cmd->add_flag("--json", o->json, "Print the prediction as JSON (feasible, iteration_ms, compute_ms, stall_ms, "
                                    "peak_bytes, bytes_d2h, bytes_h2d, ...)");
   cmd->add_flag("--logical-sizes", o->logical_sizes,

@@ -12,6 +12,8 @@
 #include "backend/backend.h"
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "cli/planning.h"
+#include "cost/profile.h"
 #include "common/units.h"
 #include "data/data.h"
 #include "runtime/executor.h"
@@ -29,6 +31,11 @@ struct TrainCliOptions {
   std::string data = "synthetic";
   bool json = false;
   bool no_progress = false;
+  std::string policy = "none";
+  std::string tier = "host";
+  std::string device = "cpu-local";
+  std::string ssd_dir = "/tmp";
+  bool checksum = false;
 };
 
 void progress(int64_t done, int64_t total, double ms, float loss) {
@@ -61,7 +68,30 @@ int run_train(const TrainCliOptions& o) {
   ExecutorOptions eo;
   eo.budget_bytes = budget;
   eo.seed = o.seed;
-  Result<std::unique_ptr<Executor>> ex = Executor::create(*g, **backend, eo);
+  eo.ssd_dir = o.ssd_dir;
+  eo.checksum = o.checksum;
+  // A policy other than none plans for the budget with the backend's real sizes; the executor
+  // then runs that plan (swaps through the tier, recomputes) and never exceeds the budget.
+  std::optional<Schedule> schedule;
+  std::string plan_summary;
+  if (o.policy != "none") {
+    if (budget == 0) return report(Status::InvalidArgument("--policy needs a --budget to plan for"));
+    Result<Tier> tier = parse_tier(o.tier);
+    if (!tier.ok()) return report(tier.status());
+    Result<HardwareProfile> hw = load_profile(o.device);
+    if (!hw.ok()) return report(hw.status());
+    Graph sized = *g;
+    Result<std::vector<uint64_t>> scratch = apply_backend_sizes(sized);
+    if (!scratch.ok()) return report(scratch.status());
+    CostModel cost(*hw);
+    PlanContext ctx{.graph = sized, .cost = cost, .budget_bytes = budget, .tier = *tier, .op_scratch_bytes = *scratch};
+    Result<PlanReport> plan = plan_policy(o.policy, ctx);
+    if (!plan.ok()) return report(plan.status());
+    schedule = plan->schedule;
+    plan_summary = fmt::format("policy {}: {} tensors swapped to {}, {} recomputed", o.policy, plan->swapped_tensors,
+                               o.tier, plan->recomputed_tensors);
+  }
+  Result<std::unique_ptr<Executor>> ex = Executor::create(*g, **backend, eo, schedule ? &*schedule : nullptr);
   if (!ex.ok()) return report(ex.status());
   Executor& e = **ex;
   if (Status s = e.initialize(); !s.ok()) return report(s);
@@ -71,6 +101,7 @@ int run_train(const TrainCliOptions& o) {
     std::printf("Training %s for %lld iterations on %s data, %d threads, budget %s (plan needs %s)\n",
                 describe(*g).c_str(), static_cast<long long>(o.iters), (*data)->name().c_str(), omp_get_max_threads(),
                 format_bytes(e.budget_bytes()).c_str(), format_bytes(e.required_bytes()).c_str());
+  if (!o.json && !plan_summary.empty()) std::printf("  %s\n", plan_summary.c_str());
   std::vector<IterationStats> stats;
   for (int64_t it = 0; it < o.iters; ++it) {
     Result<IterationStats> r = e.run_iteration(it, **data);
@@ -106,6 +137,11 @@ int run_train(const TrainCliOptions& o) {
     j["predicted_peak_bytes"] = e.required_bytes();
     j["budget_bytes"] = e.budget_bytes();
     j["persistent_bytes"] = e.persistent_region_bytes();
+    j["policy"] = o.policy;
+    j["tier"] = o.tier;
+    const TransferEngineStats ts = e.transfer_stats();
+    j["bytes_swapped_out"] = ts.bytes_out;
+    j["bytes_swapped_in"] = ts.bytes_in;
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
@@ -134,6 +170,15 @@ void register_train(CLI::App& app, std::function<int()>& action) {
   cmd->add_option("--threads", o->threads, "Compute threads (default: all cores)");
   cmd->add_option("--data", o->data, "Training data: synthetic (learnable, built in) or cifar10:DIR (binary batches)")
       ->capture_default_str();
+  std::string policies;
+  for (const PolicyInfo& p : list_policies()) policies += "\n    " + p.name + ": " + p.summary;
+  cmd->add_option("--policy", o->policy, "Memory plan policy (needs --budget):" + policies)->capture_default_str();
+  cmd->add_option("--tier", o->tier, "Where swapped tensors go: host (a pre-faulted pool) or ssd (direct-I/O files)")
+      ->capture_default_str();
+  cmd->add_option("--ssd-dir", o->ssd_dir, "Directory for the SSD tier's temporary files")->capture_default_str();
+  cmd->add_option("--device", o->device, "Hardware profile whose op and transfer times the policy plans with")
+      ->capture_default_str();
+  cmd->add_flag("--checksum", o->checksum, "Verify every swapped byte when it comes back");
   cmd->add_flag("--json", o->json, "Print the results as JSON (for scripts)");
   cmd->add_flag("--no-progress", o->no_progress, "No progress bar");
   cmd->callback([o, &action] { action = [o] { return run_train(*o); }; });

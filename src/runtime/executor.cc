@@ -56,9 +56,13 @@ Executor::Executor(Graph graph, Backend& backend, std::unique_ptr<CompiledGraph>
       program_(std::move(program)),
       placement_(std::move(placement)),
       allocator_(budget, Backend::kDeviceAlignment, "device"),
-      block_(graph_.tensors.size(), kNoBlock) {}
+      block_(graph_.tensors.size(), kNoBlock),
+      out_ticket_(graph_.tensors.size()),
+      in_ticket_(graph_.tensors.size()),
+      has_copy_(graph_.tensors.size(), 0) {}
 
 Executor::~Executor() {
+  engine_.reset();  // its threads may still be copying from or into the arena
   if (arena_) backend_.free(arena_);
 }
 
@@ -91,6 +95,7 @@ Result<std::unique_ptr<Executor>> Executor::create(const Graph& graph, Backend& 
   std::unique_ptr<Executor> ex(new Executor(std::move(sized), backend, std::move(compiled), std::move(analysis),
                                             std::move(program), std::move(placement), options, budget));
   FERRY_ASSIGN_OR_RETURN(ex->arena_, backend.allocate(std::max<uint64_t>(budget, 1)));
+  FERRY_RETURN_IF_ERROR(ex->make_tiers());
   // Persistent tensors live across iterations: place them once, where the prologue puts them.
   for (size_t k = 0; k < ex->program_.instructions.size(); ++k) {
     const Instruction& in = ex->program_.instructions[k];
@@ -100,6 +105,56 @@ Result<std::unique_ptr<Executor>> Executor::create(const Graph& graph, Backend& 
     ex->block_[in.tensor] = ex->placement_.offset[k];
   }
   return ex;
+}
+
+Status Executor::make_tiers() {
+  // Capacity of a tier: the bytes of every distinct tensor the program swaps to it.
+  uint64_t need[2] = {0, 0};
+  std::vector<uint8_t> seen(graph_.tensors.size(), 0);
+  for (const Instruction& in : program_.instructions) {
+    if (in.kind != InstrKind::kSwapOut) continue;
+    const uint8_t bit = in.tier == Tier::kHost ? 1 : 2;
+    if (seen[in.tensor] & bit) continue;
+    seen[in.tensor] |= bit;
+    need[in.tier == Tier::kHost ? 0 : 1] += align_up(in.bytes, 4096);
+  }
+  if (need[0] == 0 && need[1] == 0) return Status::Ok();
+  if (need[0] > 0) {
+    HostTierOptions ho;
+    ho.capacity_bytes = options_.host_tier_bytes ? options_.host_tier_bytes : need[0];
+    ho.checksum = options_.checksum;
+    FERRY_ASSIGN_OR_RETURN(std::unique_ptr<HostTier> host, HostTier::create(ho));
+    host_tier_ = std::move(host);
+  }
+  if (need[1] > 0) {
+    SsdTierOptions so;
+    so.directory = options_.ssd_dir;
+    so.capacity_bytes = options_.ssd_tier_bytes ? options_.ssd_tier_bytes : need[1];
+    so.checksum = options_.checksum;
+    so.fault = options_.ssd_fault;
+    FERRY_ASSIGN_OR_RETURN(std::unique_ptr<SsdTier> ssd, SsdTier::create(so));
+    ssd_tier_ = std::move(ssd);
+  }
+  FERRY_ASSIGN_OR_RETURN(engine_, TransferEngine::create(backend_));
+  return Status::Ok();
+}
+
+Status Executor::wait_out(TensorId t) {
+  if (!out_ticket_[t]) return Status::Ok();
+  const auto start = std::chrono::steady_clock::now();
+  Status s = engine_->wait(out_ticket_[t]);
+  stall_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  out_ticket_[t] = TransferTicket{};
+  return s;
+}
+
+Status Executor::wait_in(TensorId t) {
+  if (!in_ticket_[t]) return Status::Ok();
+  const auto start = std::chrono::steady_clock::now();
+  Status s = engine_->wait(in_ticket_[t]);
+  stall_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  in_ticket_[t] = TransferTicket{};
+  return s;
 }
 
 DevicePtr Executor::address_of(TensorId t) const {
@@ -138,6 +193,13 @@ Status Executor::initialize() {
   return Status::Ok();
 }
 
+Status Executor::drop_copies(TensorId t) {
+  if (has_copy_[t] & 1) FERRY_RETURN_IF_ERROR(engine_->discard(t, *host_tier_));
+  if (has_copy_[t] & 2) FERRY_RETURN_IF_ERROR(engine_->discard(t, *ssd_tier_));
+  has_copy_[t] = 0;
+  return Status::Ok();
+}
+
 Status Executor::run_op(OpId id, const RunContext& ctx, DevicePtr scratch) {
   const Op& op = graph_.ops[id];
   in_ptrs_.clear();
@@ -164,6 +226,7 @@ Result<IterationStats> Executor::run_iteration(int64_t iteration, DataSource& da
   ctx.optimizer_step = ++optimizer_step_;
   ctx.dropout_seed = options_.seed;
   uint64_t scratch_offset = kNoBlock;
+  stall_seconds_ = 0;
   std::vector<TensorId> inherited;  // inputs whose block an output of the coming kRun took over
   for (size_t k = 0; k < program_.instructions.size(); ++k) {
     const Instruction& in = program_.instructions[k];
@@ -172,7 +235,9 @@ Result<IterationStats> Executor::run_iteration(int64_t iteration, DataSource& da
         if (graph_.tensor(in.tensor).persistent() && block_[in.tensor] != kNoBlock) break;  // placed in create()
         if (in.inherit != kNoTensor) {
           // In place: the output takes over the input's block; the input is still read by this
-          // step's op and dies with it.
+          // step's op and dies with it (with its copies).
+          FERRY_RETURN_IF_ERROR(wait_out(in.inherit));
+          FERRY_RETURN_IF_ERROR(drop_copies(in.inherit));
           block_[in.tensor] = block_[in.inherit];
           inherited.push_back(in.inherit);
           break;
@@ -189,8 +254,11 @@ Result<IterationStats> Executor::run_iteration(int64_t iteration, DataSource& da
       case InstrKind::kFree:
       case InstrKind::kRelease:
         if (graph_.tensor(in.tensor).persistent()) break;
+        // A block is released only after its swap-out has completed.
+        FERRY_RETURN_IF_ERROR(wait_out(in.tensor));
         allocator_.free(block_[in.tensor]);
         block_[in.tensor] = kNoBlock;
+        if (in.kind == InstrKind::kFree) FERRY_RETURN_IF_ERROR(drop_copies(in.tensor));
         break;
       case InstrKind::kAllocScratch: {
         bool placed = allocator_.allocate_at(placement_.offset[k], in.bytes);
@@ -203,6 +271,10 @@ Result<IterationStats> Executor::run_iteration(int64_t iteration, DataSource& da
         scratch_offset = kNoBlock;
         break;
       case InstrKind::kRun: {
+        // A consumer never starts before its swap-ins have completed, and never overwrites a
+        // block a swap-out is still reading.
+        for (TensorId t : graph_.ops[in.op].inputs) FERRY_RETURN_IF_ERROR(wait_in(t));
+        for (TensorId t : graph_.ops[in.op].outputs) FERRY_RETURN_IF_ERROR(wait_out(t));
         DevicePtr scratch = scratch_offset != kNoBlock ? arena_ + scratch_offset : DevicePtr{};
         FERRY_RETURN_IF_ERROR(run_op(in.op, ctx, scratch));
         for (TensorId t : inherited) block_[t] = kNoBlock;
@@ -210,12 +282,15 @@ Result<IterationStats> Executor::run_iteration(int64_t iteration, DataSource& da
         break;
       }
       case InstrKind::kSwapOut:
+        out_ticket_[in.tensor] = engine_->swap_out(in.tensor, address_of(in.tensor), in.bytes, tier(in.tier));
+        has_copy_[in.tensor] |= in.tier == Tier::kHost ? 1 : 2;
+        break;
       case InstrKind::kSwapIn:
-        return Status::Unsupported(fmt::format("step {}: swapping '{}' needs the transfer engine, which this "
-                                               "executor does not run yet",
-                                               in.step, graph_.tensor(in.tensor).name));
+        in_ticket_[in.tensor] = engine_->swap_in(in.tensor, address_of(in.tensor), in.bytes, tier(in.tier));
+        break;
     }
   }
+  if (engine_) FERRY_RETURN_IF_ERROR(engine_->drain());
   float loss = std::nanf("");
   if (graph_.loss != kNoTensor && block_[graph_.loss] != kNoBlock) {
     FERRY_RETURN_IF_ERROR(compiled_->to_plain(graph_.loss, address_of(graph_.loss),

@@ -29,6 +29,9 @@
 #include "plan/program.h"
 #include "plan/schedule.h"
 #include "runtime/allocator.h"
+#include "runtime/ssd_tier.h"
+#include "runtime/tiers.h"
+#include "runtime/transfer_engine.h"
 
 namespace ferry {
 
@@ -36,6 +39,13 @@ struct ExecutorOptions {
   uint64_t budget_bytes = 0;  // device arena capacity; 0 = exactly what the plan needs
   uint64_t seed = 1;          // weight initialisation and dropout masks
   bool record_op_times = false;  // time every op of every iteration (op_times_us())
+  // Swap tiers, made only when the schedule swaps to them. Capacities default to the bytes of
+  // every tensor the program swaps there (an upper bound on the copies alive at once).
+  std::string ssd_dir = "/tmp";   // the SSD tier's files go to a temporary directory under it
+  uint64_t host_tier_bytes = 0;
+  uint64_t ssd_tier_bytes = 0;
+  bool checksum = false;          // verify every swapped byte on its way back
+  SsdFault ssd_fault = {};        // fault injection, for tests
 };
 
 struct IterationStats {
@@ -75,6 +85,10 @@ class Executor {
   // Highest arena address handed out so far (the bytes of device memory actually used).
   uint64_t peak_device_bytes() const { return allocator_.stats().peak_high_water_bytes; }
   const AllocatorStats allocator_stats() const { return allocator_.stats(); }
+  // Transfer counters (zero when the schedule swaps nothing).
+  TransferEngineStats transfer_stats() const { return engine_ ? engine_->stats() : TransferEngineStats{}; }
+  // Seconds the compute thread waited for transfers in the last iteration.
+  double last_stall_seconds() const { return stall_seconds_; }
 
   // Wall time of every op in the last iteration, in microseconds (record_op_times only).
   const std::vector<double>& op_times_us() const { return op_times_us_; }
@@ -101,6 +115,16 @@ class Executor {
   static constexpr uint64_t kNoBlock = ~uint64_t{0};
   std::vector<uint64_t> block_;  // per tensor: offset of its device block, or kNoBlock
   std::vector<DevicePtr> in_ptrs_, out_ptrs_;
+  Status make_tiers();
+  SwapTier& tier(Tier t) { return t == Tier::kHost ? *host_tier_ : *ssd_tier_; }
+  Status wait_out(TensorId t);
+  Status wait_in(TensorId t);
+  Status drop_copies(TensorId t);
+  std::unique_ptr<SwapTier> host_tier_, ssd_tier_;
+  std::unique_ptr<TransferEngine> engine_;
+  std::vector<TransferTicket> out_ticket_, in_ticket_;  // per tensor, pending transfers
+  std::vector<uint8_t> has_copy_;                       // per tensor: bit 0 host, bit 1 ssd
+  double stall_seconds_ = 0;
   int64_t optimizer_step_ = 0;
   std::vector<double> op_times_us_;
 };
