@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs Ferry's build and test dependencies from Debian's packages (skips what is present).
 set -euo pipefail
-packages=(build-essential cmake g++ libdnnl-dev nlohmann-json3-dev libcli11-dev libfmt-dev
+packages=(build-essential cmake g++ pkg-config libdnnl-dev nlohmann-json3-dev libcli11-dev libfmt-dev
           googletest libgtest-dev libbenchmark-dev coinor-libcbc-dev libzstd-dev liblz4-dev liburing-dev)
 missing=()
 for p in "${packages[@]}"; do

@@ -221,10 +221,12 @@ class CpuBackend final : public Backend {
   }
 
   Status copy_to_device(DevicePtr dst, std::span<const std::byte> src) override {
+    if (src.empty()) return Status::Ok();
     std::memcpy(host_address(dst), src.data(), src.size());
     return Status::Ok();
   }
   Status copy_to_host(std::span<std::byte> dst, DevicePtr src) override {
+    if (dst.empty()) return Status::Ok();
     std::memcpy(dst.data(), host_address(src), dst.size());
     return Status::Ok();
   }

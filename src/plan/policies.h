@@ -1,0 +1,108 @@
+// Policies: planners that turn (graph, cost model, memory budget) into a Schedule (schedule.h),
+// each following one published system. docs/policies.md describes every policy, the paper it
+// follows, what Ferry implements and where it deviates.
+//
+//   none             keep everything, free at last use (the empty schedule)
+//   vdnn-all         vDNN (Rhu et al., MICRO 2016): offload every layer's input, prefetch one layer ahead
+//   vdnn-conv        vDNN, offloading only the inputs of convolutions
+//   lru              on-demand eviction of the least recently used tensor, fetch on access
+//   lms              IBM Large Model Support (Le et al., 2018): swap out above a size threshold,
+//                    swap in `swapin_ahead` ops ahead
+//   capuchin         Capuchin (Peng et al., ASPLOS 2020): swap or recompute per tensor by idle
+//                    time and memory saved per second of overhead; time-driven prefetch
+//   checkpoint-sqrt  Chen et al. 2016: keep every ~sqrt(n)-th segment boundary, recompute the rest
+//   checkmate        Checkmate (Jain et al., MLSys 2020): optimal rematerialisation by MILP (CBC)
+//
+// Feasibility. A plan fits a budget when its device memory, as the simulator and the executor
+// place it (plan/placement.h: persistent region + statically placed blocks), is at most the
+// budget. Planners measure that exactly (they lower their schedule and place it; they never run
+// the simulator, which depends on this module). vdnn-*, lms and checkpoint-sqrt ignore the budget
+// when choosing what to move (as the papers do) and only check it; lru, capuchin and checkmate
+// plan for it.
+//
+// Usage:
+//   PlanContext ctx{.graph = g, .cost = cost, .budget_bytes = 512 << 20};
+//   ctx.op_scratch_bytes = compiled->all_scratch_bytes();       // sizes from the backend
+//   Result<PlanReport> r = plan_policy("capuchin", ctx);
+//   if (!r.ok()) return r.status();  // OutOfMemory names the smallest budget that fits
+//   FERRY_ASSIGN_OR_RETURN(SimResult sim, simulate(g, r->schedule, cost, {.budget_bytes = ctx.budget_bytes}));
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+#include "cost/cost_model.h"
+#include "graph/graph.h"
+#include "plan/schedule.h"
+
+namespace ferry {
+
+struct PolicyOptions {
+  int32_t lms_swapin_ahead = 1;            // lms: swap in this many ops before the first backward use (>= 1)
+  uint64_t lms_threshold_bytes = 0;        // lms: swap only tensors of at least this many bytes
+  double checkmate_time_limit_s = 60;      // checkmate: CBC wall-clock limit per solve
+  int32_t checkmate_max_nodes = 0;         // checkmate: CBC branch-and-bound node limit per solve
+                                           // (0 = none); unlike time, it is deterministic
+  size_t checkmate_max_ops = 400;          // checkmate: larger graphs are refused
+  size_t checkmate_max_variables = 60000;  // checkmate: larger MILPs are refused
+};
+
+// Everything a planner reads. `graph` carries the backend's tensor sizes (Tensor::bytes) and
+// `op_scratch_bytes` the backend's scratch per op, so that plans are made for the real sizes.
+struct PlanContext {
+  const Graph& graph;
+  const CostModel& cost;                   // op times (measured ones win) and transfer times
+  uint64_t budget_bytes = 0;               // device capacity incl. persistent tensors; 0 = unlimited
+  Tier tier = Tier::kHost;                 // where swapped tensors go
+  std::vector<uint64_t> op_scratch_bytes;  // per op, or empty for none
+  bool allow_inplace = true;               // as ProgramOptions::allow_inplace
+  uint64_t alignment = 64;                 // device block alignment (OffsetAllocator's)
+  PolicyOptions options;
+};
+
+// A plan and what the planner knows about it.
+struct PlanReport {
+  Schedule schedule;
+  uint64_t device_bytes = 0;     // device memory the plan needs (placement arena, persistent included)
+  uint64_t live_peak_bytes = 0;  // max over steps of live bytes (aligned blocks); <= device_bytes
+  size_t swapped_tensors = 0;    // distinct tensors swapped out
+  size_t recomputed_tensors = 0; // distinct tensors recomputed
+  std::string notes;             // policy-specific, one line (checkmate: solve time, status, gap)
+  // checkmate only: CBC's wall time, the relative gap between the solution and the best bound
+  // (0 = proven optimal), and whether optimality was proven.
+  double solve_seconds = 0;
+  double mip_gap = 0;
+  bool proven_optimal = false;
+};
+
+struct PolicyInfo {
+  std::string name;
+  std::string paper;       // the publication it follows
+  std::string summary;     // one line
+  bool budget_aware;       // whether what it moves depends on the budget
+};
+
+// The policies, in the order above.
+const std::vector<PolicyInfo>& list_policies();
+
+// Plans `policy` for ctx. Errors: InvalidArgument for an unknown policy (the message lists them),
+// bad options or an invalid graph; OutOfMemory when the plan does not fit ctx.budget_bytes, with
+// the device bytes it needs and the smallest budget at which this policy fits; Unsupported for
+// checkmate when Ferry was built without CBC or the graph exceeds its limits.
+Result<PlanReport> plan_policy(std::string_view policy, const PlanContext& ctx);
+
+// plan_policy(...).schedule.
+Result<Schedule> make_schedule(std::string_view policy, const PlanContext& ctx);
+
+// The smallest budget (bytes, a multiple of ctx.alignment) at which `policy` produces a plan that
+// fits, ignoring ctx.budget_bytes. Budget-oblivious policies: the device bytes of their one plan.
+// Budget-aware ones: bisection between a lower bound that no plan can beat (persistent region +
+// the largest single step's inputs, outputs and scratch) and the `none` plan's device bytes,
+// to within 0.5% of the latter; it assumes feasibility grows with the budget. Errors: those of
+// plan_policy other than OutOfMemory.
+Result<uint64_t> find_min_budget(std::string_view policy, const PlanContext& ctx);
+
+}  // namespace ferry

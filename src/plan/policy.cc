@@ -1,0 +1,179 @@
+// The policy registry: names -> planners, the feasibility verdict, and the smallest-budget search.
+//
+// Design
+// - Every planner returns its best attempt even when it does not fit; only here is a plan that
+//   exceeds the budget turned into OutOfMemory, and the message then names the smallest budget
+//   at which the same policy fits, so the user can act on it.
+// - find_min_budget() bisects on the planners' own exact measure (the placement arena the
+//   simulator and executor use), never on the simulator, which depends on this module. For a
+//   budget-oblivious policy (what it moves does not depend on the budget) the answer is the
+//   device bytes of its one plan, found with one call.
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "common/units.h"
+#include "plan/policies.h"
+#include "plan/policy_common.h"
+
+namespace ferry {
+
+namespace {
+
+using Planner = Result<PlanAttempt> (*)(const PlanContext&, const PlanFacts&);
+
+Result<PlanAttempt> plan_none(const PlanContext& ctx, const PlanFacts& facts) {
+  return finish_attempt(ctx, facts, empty_schedule(ctx, "none"));
+}
+Result<PlanAttempt> plan_vdnn_all(const PlanContext& ctx, const PlanFacts& facts) {
+  return plan_vdnn(ctx, facts, false);
+}
+Result<PlanAttempt> plan_vdnn_conv(const PlanContext& ctx, const PlanFacts& facts) {
+  return plan_vdnn(ctx, facts, true);
+}
+
+using MinBudget = Result<uint64_t> (*)(const PlanContext&, const PlanFacts&);
+
+struct Entry {
+  PolicyInfo info;
+  Planner plan;
+  MinBudget min_budget = nullptr;  // a policy's own search; bisection when null
+};
+
+const std::vector<Entry>& registry() {
+  static const std::vector<Entry> kEntries = {
+      {{"none", "-", "keep every tensor on the device, free it after its last use", false}, plan_none},
+      {{"vdnn-all", "Rhu et al., vDNN, MICRO 2016",
+        "offload every layer's input after its last forward use, prefetch it one layer before backward needs it",
+        false},
+       plan_vdnn_all},
+      {{"vdnn-conv", "Rhu et al., vDNN, MICRO 2016", "vdnn-all restricted to the inputs of convolutions", false},
+       plan_vdnn_conv},
+      {{"lru", "on-demand paging (SuperNeurons' LRU tensor cache, CUDA unified memory)",
+        "evict the least recently used tensor when an allocation would exceed the budget, fetch on access", true},
+       plan_lru},
+      {{"lms", "Le et al., TFLMS: Large Model Support in TensorFlow by Graph Rewriting, 2018",
+        "swap out activations above a size threshold, swap them in swapin_ahead ops before backward reads them",
+        false},
+       plan_lms},
+      {{"capuchin", "Peng et al., Capuchin, ASPLOS 2020",
+        "per tensor, swap when idle time hides it, else recompute when that frees more bytes per second of "
+        "overhead; time-driven prefetch",
+        true},
+       plan_capuchin},
+      {{"checkpoint-sqrt", "Chen et al., Training Deep Nets with Sublinear Memory Cost, 2016",
+        "keep every ~sqrt(n)-th forward segment boundary, recompute each segment before its backward", false},
+       plan_checkpoint_sqrt},
+      {{"checkmate", "Jain et al., Checkmate, MLSys 2020",
+        "optimal rematerialisation under the budget by a mixed-integer program solved with CBC", true},
+       plan_checkmate, checkmate_min_budget},
+  };
+  return kEntries;
+}
+
+const Entry* find_entry(std::string_view name) {
+  for (const Entry& e : registry())
+    if (e.info.name == name) return &e;
+  return nullptr;
+}
+
+Status check_request(std::string_view policy, const PlanContext& ctx, const Entry*& entry) {
+  entry = find_entry(policy);
+  if (entry == nullptr) {
+    std::string names;
+    for (const Entry& e : registry()) names += (names.empty() ? "" : ", ") + e.info.name;
+    return Status::InvalidArgument(fmt::format("unknown policy '{}' (known: {})", policy, names));
+  }
+  const PolicyOptions& o = ctx.options;
+  if (o.lms_swapin_ahead < 1)
+    return Status::InvalidArgument(fmt::format("lms swapin_ahead must be at least 1, got {}", o.lms_swapin_ahead));
+  if (!std::isfinite(o.checkmate_time_limit_s) || o.checkmate_time_limit_s <= 0)
+    return Status::InvalidArgument(
+        fmt::format("checkmate time limit must be a positive number of seconds, got {}", o.checkmate_time_limit_s));
+  if (o.checkmate_max_nodes < 0)
+    return Status::InvalidArgument(
+        fmt::format("checkmate node limit must be >= 0 (0 = none), got {}", o.checkmate_max_nodes));
+  return Status::Ok();
+}
+
+Result<PlanAttempt> attempt_at(const Entry& e, const PlanContext& ctx, const PlanFacts& facts, uint64_t budget) {
+  PlanContext c = ctx;
+  c.budget_bytes = budget;
+  Result<PlanAttempt> a = e.plan(c, facts);
+  if (!a.ok()) return a.status().with_context(fmt::format("policy '{}'", e.info.name));
+  return a;
+}
+
+std::string percent_of_none(uint64_t bytes, const PlanFacts& facts) {
+  return fmt::format("{:.1f}%", 100.0 * static_cast<double>(bytes) / static_cast<double>(facts.none_device_bytes));
+}
+
+Result<uint64_t> min_budget(const Entry& e, const PlanContext& ctx, const PlanFacts& facts) {
+  if (!e.info.budget_aware) {
+    FERRY_ASSIGN_OR_RETURN(PlanAttempt a, attempt_at(e, ctx, facts, 0));
+    return a.measure.device_bytes;
+  }
+  if (e.min_budget != nullptr) {
+    Result<uint64_t> b = e.min_budget(ctx, facts);
+    if (!b.ok()) return b.status().with_context(fmt::format("policy '{}'", e.info.name));
+    return b;
+  }
+  return bisect_min_budget(ctx, facts, [&](uint64_t budget) -> Result<bool> {
+    FERRY_ASSIGN_OR_RETURN(PlanAttempt a, attempt_at(e, ctx, facts, budget));
+    return a.fits;
+  });
+}
+
+}  // namespace
+
+const std::vector<PolicyInfo>& list_policies() {
+  static const std::vector<PolicyInfo> kInfos = [] {
+    std::vector<PolicyInfo> v;
+    for (const Entry& e : registry()) v.push_back(e.info);
+    return v;
+  }();
+  return kInfos;
+}
+
+Result<PlanReport> plan_policy(std::string_view policy, const PlanContext& ctx) {
+  const Entry* e = nullptr;
+  FERRY_RETURN_IF_ERROR(check_request(policy, ctx, e));
+  FERRY_ASSIGN_OR_RETURN(PlanFacts facts, make_plan_facts(ctx));
+  FERRY_ASSIGN_OR_RETURN(PlanAttempt a, attempt_at(*e, ctx, facts, ctx.budget_bytes));
+  if (!a.fits) {
+    FERRY_ASSIGN_OR_RETURN(uint64_t need, min_budget(*e, ctx, facts));
+    return Status::OutOfMemory(fmt::format(
+        "policy '{}' cannot fit model '{}' in {} ({} bytes): its plan needs {} ({} bytes) of device memory; the "
+        "smallest budget at which '{}' fits is {} ({} bytes, {} of the {} the model needs without a policy)",
+        e->info.name, ctx.graph.info.model, format_bytes(ctx.budget_bytes), ctx.budget_bytes,
+        format_bytes(a.measure.device_bytes), a.measure.device_bytes, e->info.name, format_bytes(need), need,
+        percent_of_none(need, facts), format_bytes(facts.none_device_bytes)));
+  }
+  PlanReport r;
+  r.schedule = std::move(a.schedule);
+  r.device_bytes = a.measure.device_bytes;
+  r.live_peak_bytes = a.measure.live_peak_bytes;
+  r.swapped_tensors = a.measure.swapped_tensors;
+  r.recomputed_tensors = a.measure.recomputed_tensors;
+  r.notes = std::move(a.notes);
+  r.solve_seconds = a.solve_seconds;
+  r.mip_gap = a.mip_gap;
+  r.proven_optimal = a.proven_optimal;
+  return r;
+}
+
+Result<Schedule> make_schedule(std::string_view policy, const PlanContext& ctx) {
+  FERRY_ASSIGN_OR_RETURN(PlanReport r, plan_policy(policy, ctx));
+  return std::move(r.schedule);
+}
+
+Result<uint64_t> find_min_budget(std::string_view policy, const PlanContext& ctx) {
+  const Entry* e = nullptr;
+  FERRY_RETURN_IF_ERROR(check_request(policy, ctx, e));
+  FERRY_ASSIGN_OR_RETURN(PlanFacts facts, make_plan_facts(ctx));
+  return min_budget(*e, ctx, facts);
+}
+
+}  // namespace ferry

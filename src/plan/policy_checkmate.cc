@@ -1,0 +1,446 @@
+// Checkmate (Jain et al., "Checkmate: Breaking the Memory Wall with Optimal Tensor
+// Rematerialization", MLSys 2020): optimal recomputation under a memory budget by a
+// mixed-integer linear program, solved with CBC.
+//
+// The paper's program. Nodes 1..n of the training graph in topological order; stage t computes
+// node t for the first time. Binaries R[t,i] (node i is (re)computed in stage t) and S[t,i]
+// (node i's output is kept in memory from stage t-1 into stage t). Constraints: R[t,t] = 1;
+// R[t,j] <= R[t,i] + S[t,i] for every edge i -> j (inputs are computed or kept); S[t+1,i] <=
+// S[t,i] + R[t,i] (only what exists can be kept); memory U[t,k] after each node k of stage t,
+// with FREE[t,i,k] linearising when a value dies, U <= budget. Objective: min sum R[t,i] C_i.
+//
+// Ferry's size-reduced version (a stage is a step; docs/policies.md discusses it)
+// - Ferry's execution order is fixed and only forward outputs can be recomputed, so the frontier
+//   stages are the backward steps j in [nf, n) and the nodes that may be recomputed are the
+//   forward ops. Forward runs once, as in every Checkmate solution for a training graph.
+// - Variables, for every forward-produced transient tensor v (not the loss) and its producer p:
+//     K[v] = S[nf, v]  v stays on the device from its last forward use into backward;
+//     S[j, v]          v is on the device when backward stage j starts;
+//     R[j, p]          forward op p is recomputed in stage j, before backward op j.
+//   Only (j, v) with j <= h(v) exist, h(v) = the last stage that may need v: its last backward
+//   read, or the horizon of any forward consumer's outputs (v may be a recompute input).
+// - Constraints: backward op j reading v: S[j,v] + R[j,p(v)] >= 1. Recompute R[j,c] reading v:
+//   R[j,c] <= S[j,v] + R[j,p(v)] (p(v) < c, so it runs earlier in the stage). Carry:
+//   S[j+1,v] <= S[j,v] + R[j,p(v)]. Memory at forward step s: fixed(s) + the tensors alive by
+//   their forward uses + sum of K[v] bytes over tensors whose forward use has ended <= budget;
+//   at backward stage j: fixed(j) + sum S[j,v] bytes + sum R[j,p] bytes of p's outputs <= budget.
+//   fixed(s) is everything else the keep plan holds at step s (weights, gradients, inputs,
+//   scratch). Instead of the FREE variables, a stage counts everything it recomputes as alive at
+//   once: an upper bound on its peak (the paper's U[t,k] is exact within a stage), which keeps
+//   the program small (no n^3 FREE terms) at the price of some optimality.
+// - Objective: min sum R[j,p] (C_p + 1e-3), the tiny constant preferring fewer recomputations
+//   among equal-time plans (zero-time ops).
+// - The solution becomes actions: release after the last forward use when K[v] = 0; before
+//   backward step j, recompute the needed outputs of every op with R[j,p] = 1 in forward order;
+//   release after step j what S[j+1,v] = 0 says to drop. complete_schedule() legalises it. The
+//   plan is then placed exactly; if fragmentation pushes it past the budget, the program is
+//   solved again with the budget lowered by the excess (a few rounds).
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "common/units.h"
+#include "plan/placement.h"
+#include "plan/policy_common.h"
+
+#ifdef FERRY_HAVE_CBC
+#include <Cbc_C_Interface.h>
+#endif
+
+namespace ferry {
+
+namespace {
+
+constexpr int kMaxRounds = 3;
+constexpr double kRecomputeEpsilonUs = 1e-3;
+constexpr double kInfinity = 1e30;  // CBC treats bounds beyond 1e20 as infinite
+
+// A 0/1 program in row form: minimise obj . x subject to rows (sum coef x) >= or <= rhs.
+struct Milp {
+  std::vector<double> obj;
+  struct Row {
+    std::vector<int> cols;
+    std::vector<double> coefs;
+    char sense;  // 'L' or 'G'
+    double rhs;
+  };
+  std::vector<Row> rows;
+  int add_var(double cost) {
+    obj.push_back(cost);
+    return static_cast<int>(obj.size()) - 1;
+  }
+};
+
+struct MilpSolution {
+  bool feasible = false;        // a solution was found
+  bool proven_optimal = false;
+  bool proven_infeasible = false;
+  double objective = 0;
+  double bound = 0;
+  double seconds = 0;
+  std::vector<double> x;
+};
+
+#ifdef FERRY_HAVE_CBC
+struct SolveLimits {
+  double seconds = 60;
+  int32_t max_nodes = 0;        // 0 = no limit
+  bool first_solution = false;  // stop at the first feasible solution
+};
+
+Result<MilpSolution> solve_milp(const Milp& m, const SolveLimits& limits) {
+  const int ncols = static_cast<int>(m.obj.size());
+  // Column-major copy of the rows, as Cbc_loadProblem takes them.
+  std::vector<std::vector<std::pair<int, double>>> by_col(static_cast<size_t>(ncols));
+  std::vector<double> row_lb, row_ub;
+  for (size_t r = 0; r < m.rows.size(); ++r) {
+    const Milp::Row& row = m.rows[r];
+    for (size_t k = 0; k < row.cols.size(); ++k)
+      by_col[static_cast<size_t>(row.cols[k])].emplace_back(static_cast<int>(r), row.coefs[k]);
+    row_lb.push_back(row.sense == 'G' ? row.rhs : -kInfinity);
+    row_ub.push_back(row.sense == 'L' ? row.rhs : kInfinity);
+  }
+  std::vector<CoinBigIndex> start{0};
+  std::vector<int> index;
+  std::vector<double> value;
+  for (const auto& col : by_col) {
+    for (auto [r, c] : col) {
+      index.push_back(r);
+      value.push_back(c);
+    }
+    start.push_back(static_cast<CoinBigIndex>(index.size()));
+  }
+  std::vector<double> lb(static_cast<size_t>(ncols), 0.0), ub(static_cast<size_t>(ncols), 1.0);
+  Cbc_Model* model = Cbc_newModel();
+  if (model == nullptr) return Status::Internal("CBC could not create a model");
+  Cbc_loadProblem(model, ncols, static_cast<int>(m.rows.size()), start.data(), index.data(), value.data(), lb.data(),
+                  ub.data(), m.obj.data(), row_lb.data(), row_ub.data());
+  for (int c = 0; c < ncols; ++c) Cbc_setInteger(model, c);
+  Cbc_setLogLevel(model, 0);
+  Cbc_setMaximumSeconds(model, limits.seconds);
+  if (limits.max_nodes > 0) Cbc_setMaximumNodes(model, limits.max_nodes);
+  if (limits.first_solution) Cbc_setMaximumSolutions(model, 1);
+  const auto t0 = std::chrono::steady_clock::now();
+  Cbc_solve(model);
+  MilpSolution s;
+  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  s.proven_optimal = Cbc_isProvenOptimal(model) != 0;
+  s.proven_infeasible = Cbc_isProvenInfeasible(model) != 0;
+  const double* best = Cbc_bestSolution(model);
+  if (best != nullptr && !s.proven_infeasible) {
+    s.feasible = true;
+    s.x.assign(best, best + ncols);
+    s.objective = Cbc_getObjValue(model);
+    s.bound = Cbc_getBestPossibleObjValue(model);
+  }
+  Cbc_deleteModel(model);
+  return s;
+}
+#endif
+
+class Checkmate {
+ public:
+  Checkmate(const PlanContext& ctx, const PlanFacts& facts) : ctx_(ctx), f_(facts), g_(facts.g()) {}
+
+  // Plans for ctx.budget_bytes. With first_solution, CBC stops at its first feasible solution:
+  // enough to tell whether the budget can be met (find_min_budget's probes).
+  Result<PlanAttempt> run(bool first_solution = false) {
+    if (ctx_.budget_bytes == 0) {
+      FERRY_ASSIGN_OR_RETURN(PlanAttempt a, finish_attempt(ctx_, f_, empty_schedule(ctx_, "checkmate")));
+      a.notes = "no budget: nothing to rematerialise";
+      a.proven_optimal = true;
+      return a;
+    }
+    FERRY_RETURN_IF_ERROR(prepare());
+#ifdef FERRY_HAVE_CBC
+    uint64_t target = ctx_.budget_bytes;
+    PlanAttempt best;
+    bool have_best = false;
+    double total_seconds = 0;
+    for (int round = 0; round < kMaxRounds; ++round) {
+      const SolveLimits limits{ctx_.options.checkmate_time_limit_s, ctx_.options.checkmate_max_nodes, first_solution};
+      FERRY_ASSIGN_OR_RETURN(MilpSolution sol, solve_milp(build(target), limits));
+      total_seconds += sol.seconds;
+      if (!sol.feasible) {
+        if (have_best) break;
+        FERRY_ASSIGN_OR_RETURN(PlanAttempt a, finish_attempt(ctx_, f_, empty_schedule(ctx_, "checkmate")));
+        a.fits = false;  // the keep plan stands in; it is what fits when nothing is recomputed
+        a.solve_seconds = total_seconds;
+        a.notes = fmt::format("{} ({} variables, {} constraints) after {:.2f} s: the budget {} is below what the "
+                              "program can reach",
+                              sol.proven_infeasible ? "MILP infeasible" : "no feasible solution within the limits",
+                              num_vars_, rows_, total_seconds, format_bytes(target));
+        return a;
+      }
+      FERRY_ASSIGN_OR_RETURN(PlanAttempt a, finish_attempt(ctx_, f_, to_schedule(sol.x)));
+      a.solve_seconds = total_seconds;
+      a.proven_optimal = sol.proven_optimal;
+      a.mip_gap = sol.objective <= 1e-9 ? 0 : std::max(0.0, (sol.objective - sol.bound) / sol.objective);
+      a.notes = fmt::format("MILP {} variables, {} constraints; {} in {:.2f} s, gap {:.2f}%, {:.1f} us recomputed",
+                            num_vars_, rows_,
+                            sol.proven_optimal ? "optimal" : first_solution ? "first solution" : "stopped at a limit",
+                            total_seconds, 100 * a.mip_gap, std::max(0.0, sol.objective - epsilon_total(sol.x)));
+      if (a.fits) return a;
+      const uint64_t excess = a.measure.device_bytes - ctx_.budget_bytes;
+      if (!have_best || a.measure.device_bytes < best.measure.device_bytes) {
+        best = std::move(a);
+        have_best = true;
+      }
+      if (excess >= target) break;
+      target -= std::max(excess, f_.alignment);
+    }
+    return best;
+#else
+    return Status::Internal("unreachable");
+#endif
+  }
+
+ private:
+  Status prepare() {
+    if (g_.ops.size() > ctx_.options.checkmate_max_ops)
+      return Status::Unsupported(fmt::format("graph too large for checkmate ({} ops > limit {})", g_.ops.size(),
+                                             ctx_.options.checkmate_max_ops));
+    FERRY_RETURN_IF_ERROR(index_variables());
+#ifndef FERRY_HAVE_CBC
+    return Status::Unsupported("checkmate needs CBC (coinor-libcbc-dev), and Ferry was built without it");
+#else
+    return compute_fixed_bytes();
+#endif
+  }
+
+  size_t idx(TensorId t) const { return static_cast<size_t>(t); }
+  OpId nf() const { return f_.num_forward; }
+  bool in_v(TensorId t) const { return f_.recomputable(t); }
+
+  // Which (stage, tensor) and (stage, op) pairs get a variable. need(v) = the stages that read v:
+  // its backward readers, and the stages where a forward consumer of v may be recomputed. An op
+  // is recomputed only in the stages that need one of its outputs (J(p) = union of need(w)):
+  // recomputing earlier and keeping the result is never cheaper and never uses less memory in
+  // this model. S[j, v] exists from the first backward stage to the last stage in need(v).
+  // Tensors are visited by producer, last first, since consumers' outputs come later.
+  Status index_variables() {
+    const size_t nt = g_.tensors.size();
+    const size_t nb = g_.ops.size() - static_cast<size_t>(nf());
+    horizon_.assign(nt, kNoOp);
+    std::vector<TensorId> order;
+    for (const Tensor& t : g_.tensors)
+      if (in_v(t.id)) order.push_back(t.id);
+    std::stable_sort(order.begin(), order.end(), [&](TensorId a, TensorId b) {
+      return f_.producer[idx(a)] > f_.producer[idx(b)];
+    });
+    std::vector<std::vector<bool>> op_stages(static_cast<size_t>(nf()), std::vector<bool>(nb, false));
+    need_.assign(nt, {});
+    for (TensorId v : order) {
+      std::vector<bool> need(nb, false);
+      for (OpId c : f_.info(v).consumers) {
+        if (c >= nf()) {
+          need[static_cast<size_t>(c - nf())] = true;
+        } else {
+          const std::vector<bool>& js = op_stages[static_cast<size_t>(c)];
+          for (size_t k = 0; k < nb; ++k) need[k] = need[k] || js[k];
+        }
+      }
+      std::vector<bool>& mine = op_stages[static_cast<size_t>(f_.producer[idx(v)])];
+      for (size_t k = 0; k < nb; ++k) {
+        mine[k] = mine[k] || need[k];
+        if (need[k]) need_[idx(v)].push_back(nf() + static_cast<OpId>(k));
+      }
+      if (!need_[idx(v)].empty()) horizon_[idx(v)] = need_[idx(v)].back();
+    }
+    s_base_.assign(nt, -1);
+    r_index_.assign(static_cast<size_t>(nf()) * nb, -1);
+    num_vars_ = 0;
+    for (const Tensor& t : g_.tensors)
+      if (in_v(t.id) && horizon_[idx(t.id)] >= nf()) {
+        s_base_[idx(t.id)] = num_vars_;
+        num_vars_ += static_cast<int>(need_[idx(t.id)].size());
+      }
+    for (OpId p = 0; p < nf(); ++p)
+      for (size_t k = 0; k < nb; ++k)
+        if (op_stages[static_cast<size_t>(p)][k]) r_index_[static_cast<size_t>(p) * nb + k] = num_vars_++;
+    if (static_cast<size_t>(num_vars_) > ctx_.options.checkmate_max_variables)
+      return Status::Unsupported(fmt::format("graph too large for checkmate ({} ops: {} MILP variables > limit {})",
+                                             g_.ops.size(), num_vars_, ctx_.options.checkmate_max_variables));
+    return Status::Ok();
+  }
+
+  // S[j, v] is constant between two stages that need v (keeping v in between only costs memory
+  // unless it is kept until the next need), so one variable per gap: G_k for the stages
+  // (u_k, u_k+1] after the k-th need stage u_k, G_0 from the first backward stage to u_1.
+  int s_var(TensorId v, OpId j) const {
+    if (s_base_[idx(v)] < 0 || j < nf() || j > horizon_[idx(v)]) return -1;
+    const std::vector<OpId>& u = need_[idx(v)];
+    return s_base_[idx(v)] + static_cast<int>(std::lower_bound(u.begin(), u.end(), j) - u.begin());
+  }
+  int r_var(OpId p, OpId j) const {
+    if (p < 0 || p >= nf() || j < nf() || j >= static_cast<OpId>(g_.ops.size())) return -1;
+    const size_t nb = g_.ops.size() - static_cast<size_t>(nf());
+    return r_index_[static_cast<size_t>(p) * nb + static_cast<size_t>(j - nf())];
+  }
+  uint64_t out_bytes(OpId p) const {
+    uint64_t b = 0;
+    for (TensorId w : g_.op(p).outputs)
+      if (in_v(w)) b += f_.aligned_bytes(w);
+    return b;
+  }
+
+  // fixed(s): the keep plan's blocks that hold no candidate tensor (persistent region included).
+  Status compute_fixed_bytes() {
+    Result<Program> keep = lower_schedule(g_, Schedule{}, f_.program_options);
+    if (!keep.ok()) return Status::Internal(keep.status().message());
+    FERRY_ASSIGN_OR_RETURN(ProgramPlacement pl, place_program(g_, *keep, f_.alignment));
+    fixed_.assign(g_.ops.size(), pl.persistent_region_bytes);
+    for (const Buffer& b : pl.blocks) {
+      bool candidate = !b.tensors.empty();
+      for (TensorId t : b.tensors) candidate = candidate && in_v(t);
+      if (candidate) continue;
+      for (OpId s = b.first_step; s <= b.last_step; ++s) fixed_[static_cast<size_t>(s)] += align_up(b.bytes, f_.alignment);
+    }
+    return Status::Ok();
+  }
+
+  // The program for `budget` (memory rows are scaled by it, so coefficients are <= 1).
+  Milp build(uint64_t budget) {
+    Milp m;
+    for (int k = 0; k < num_vars_; ++k) m.add_var(0);
+    for (OpId p = 0; p < nf(); ++p)
+      for (OpId j = nf(); j < static_cast<OpId>(g_.ops.size()); ++j)
+        if (int r = r_var(p, j); r >= 0)
+          m.obj[static_cast<size_t>(r)] = f_.op_us[static_cast<size_t>(p)] + kRecomputeEpsilonUs;
+    // A row over the variables that exist (an absent variable is a constant 0).
+    auto row = [&](std::vector<int> cols, std::vector<double> coefs, char sense, double rhs) {
+      Milp::Row r{{}, {}, sense, rhs};
+      for (size_t k = 0; k < cols.size(); ++k)
+        if (cols[k] >= 0) {
+          r.cols.push_back(cols[k]);
+          r.coefs.push_back(coefs[k]);
+        }
+      m.rows.push_back(std::move(r));
+    };
+    const double scale = static_cast<double>(budget);
+    // sum coefs . x <= 1 - fixed / scale.
+    auto memory_row = [&](std::vector<int> cols, std::vector<double> coefs, uint64_t fixed) {
+      row(std::move(cols), std::move(coefs), 'L', 1.0 - static_cast<double>(fixed) / scale);
+    };
+    // Forward memory: tensors alive by their forward uses are constants, kept ones cost K[v].
+    for (OpId s = 0; s < nf(); ++s) {
+      uint64_t constant = fixed_[static_cast<size_t>(s)];
+      std::vector<int> cols;
+      std::vector<double> coefs;
+      for (const Tensor& t : g_.tensors) {
+        if (!in_v(t.id)) continue;
+        const OpId p = f_.producer[idx(t.id)];
+        if (s < p) continue;
+        if (s <= f_.forward_end(t.id)) {
+          constant += f_.aligned_bytes(t.id);
+        } else if (s_var(t.id, nf()) >= 0) {
+          cols.push_back(s_var(t.id, nf()));
+          coefs.push_back(static_cast<double>(f_.aligned_bytes(t.id)) / scale);
+        }
+      }
+      memory_row(std::move(cols), std::move(coefs), constant);
+    }
+    for (OpId j = nf(); j < static_cast<OpId>(g_.ops.size()); ++j) {
+      // Backward memory at stage j.
+      std::vector<int> cols;
+      std::vector<double> coefs;
+      for (const Tensor& t : g_.tensors)
+        if (int v = s_var(t.id, j); v >= 0) {
+          cols.push_back(v);
+          coefs.push_back(static_cast<double>(f_.aligned_bytes(t.id)) / scale);
+        }
+      for (OpId p = 0; p < nf(); ++p)
+        if (int r = r_var(p, j); r >= 0) {
+          cols.push_back(r);
+          coefs.push_back(static_cast<double>(out_bytes(p)) / scale);
+        }
+      memory_row(std::move(cols), std::move(coefs), fixed_[static_cast<size_t>(j)]);
+      // What backward op j reads is kept or recomputed in this stage.
+      for (TensorId v : f_.analysis.step_inputs[static_cast<size_t>(j)]) {
+        if (!in_v(v)) continue;
+        row({s_var(v, j), r_var(f_.producer[idx(v)], j)}, {1, 1}, 'G', 1);
+      }
+      // A recompute's inputs are kept or recomputed before it, in the same stage.
+      for (OpId c = 0; c < nf(); ++c) {
+        const int rc = r_var(c, j);
+        if (rc < 0) continue;
+        for (TensorId v : f_.analysis.step_inputs[static_cast<size_t>(c)]) {
+          if (!in_v(v)) continue;
+          row({rc, s_var(v, j), r_var(f_.producer[idx(v)], j)}, {1, -1, -1}, 'L', 0);
+        }
+      }
+      // Only what exists in stage j can be kept into stage j + 1.
+      for (const Tensor& t : g_.tensors) {
+        const int next = s_var(t.id, j + 1);
+        if (next < 0 || next == s_var(t.id, j)) continue;
+        row({next, s_var(t.id, j), r_var(f_.producer[idx(t.id)], j)}, {1, -1, -1}, 'L', 0);
+      }
+    }
+    rows_ = m.rows.size();
+    return m;
+  }
+
+  double epsilon_total(const std::vector<double>& x) const {
+    double n = 0;
+    for (OpId p = 0; p < nf(); ++p)
+      for (OpId j = nf(); j < static_cast<OpId>(g_.ops.size()); ++j)
+        if (int r = r_var(p, j); r >= 0 && x[static_cast<size_t>(r)] > 0.5) n += kRecomputeEpsilonUs;
+    return n;
+  }
+
+  Schedule to_schedule(const std::vector<double>& x) const {
+    auto on = [&](int var) { return var >= 0 && x[static_cast<size_t>(var)] > 0.5; };
+    Schedule s = empty_schedule(ctx_, "checkmate");
+    for (const Tensor& t : g_.tensors)
+      if (s_var(t.id, nf()) >= 0 && !on(s_var(t.id, nf()))) add_after(s, f_.forward_end(t.id), release_action(t.id));
+    for (OpId j = nf(); j < static_cast<OpId>(g_.ops.size()); ++j) {
+      // Outputs wanted in this stage: read by op j, by a later recompute here, or kept into j+1.
+      std::vector<bool> wanted(g_.tensors.size(), false);
+      for (TensorId v : g_.op(j).inputs) wanted[idx(v)] = true;
+      for (OpId c = nf() - 1; c >= 0; --c) {
+        if (!on(r_var(c, j))) continue;
+        for (TensorId v : g_.op(c).inputs) wanted[idx(v)] = true;
+      }
+      for (OpId p = 0; p < nf(); ++p) {
+        if (!on(r_var(p, j))) continue;
+        for (TensorId w : g_.op(p).outputs)
+          if (in_v(w) && (wanted[idx(w)] || on(s_var(w, j + 1)))) add_before(s, j, recompute_action(w));
+      }
+      for (const Tensor& t : g_.tensors)
+        if (s_var(t.id, j + 1) >= 0 && !on(s_var(t.id, j + 1))) add_after(s, j, release_action(t.id));
+    }
+    return s;
+  }
+
+  const PlanContext& ctx_;
+  const PlanFacts& f_;
+  const Graph& g_;
+  std::vector<OpId> horizon_;     // per tensor: last stage that may need it (kNoOp: none)
+  std::vector<std::vector<OpId>> need_;  // per tensor: the stages that may need it, ascending
+  std::vector<int> s_base_;       // per tensor: variable of S[nf, v] (S[j, v] follows), or -1
+  std::vector<int> r_index_;      // per (forward op, backward stage): variable of R, or -1
+  int num_vars_ = 0;
+  size_t rows_ = 0;
+  std::vector<uint64_t> fixed_;   // per step: bytes the program does not decide
+};
+
+}  // namespace
+
+Result<PlanAttempt> plan_checkmate(const PlanContext& ctx, const PlanFacts& facts) {
+  return Checkmate(ctx, facts).run();
+}
+
+Result<uint64_t> checkmate_min_budget(const PlanContext& ctx, const PlanFacts& facts) {
+  // Any feasible solution shows a budget can be met, so probes stop at CBC's first one.
+  return bisect_min_budget(ctx, facts, [&](uint64_t budget) -> Result<bool> {
+    PlanContext c = ctx;
+    c.budget_bytes = budget;
+    FERRY_ASSIGN_OR_RETURN(PlanAttempt a, Checkmate(c, facts).run(true));
+    return a.fits;
+  });
+}
+
+}  // namespace ferry

@@ -1,0 +1,456 @@
+// Shared planner machinery (see policy_common.h for the design).
+
+#include "plan/policy_common.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "common/units.h"
+#include "plan/placement.h"
+
+namespace ferry {
+
+namespace {
+
+// Program positions ordered as lowering orders them: before-list, op, after-list of each step.
+using Pos = uint64_t;
+constexpr Pos kNever = std::numeric_limits<Pos>::max();
+enum Part : uint64_t { kBefore = 0, kOp = 1, kAfter = 2 };
+constexpr Pos pos(OpId step, Part part, size_t index = 0) {
+  return (static_cast<uint64_t>(step) << 32) | (static_cast<uint64_t>(part) << 30) | static_cast<uint64_t>(index);
+}
+
+size_t tier_index(Tier t) { return t == Tier::kHost ? 0 : 1; }
+constexpr std::array<Tier, 2> kTiers = {Tier::kHost, Tier::kSsd};
+
+// complete_schedule's walk: lowering's state machine without deaths (those are decided once the
+// schedule is complete, from its reads).
+class Completion {
+ public:
+  Completion(const PlanFacts& f, const Schedule& intent) : f_(f), g_(f.g()), in_(intent) {}
+
+  Result<Schedule> run() {
+    const size_t n = g_.ops.size();
+    out_ = Schedule::keep_all(n);
+    out_.policy = in_.policy;
+    out_.budget_bytes = in_.budget_bytes;
+    on_.assign(g_.tensors.size(), false);
+    born_.assign(g_.tensors.size(), false);
+    copy_.assign(g_.tensors.size(), {false, false});
+    for (const Tensor& t : g_.tensors)
+      if (t.persistent() || t.role == TensorRole::kInput) on_[idx(t.id)] = born_[idx(t.id)] = true;
+    const bool has_intent = !in_.before.empty();
+    for (OpId i = 0; i < static_cast<OpId>(n); ++i) {
+      if (has_intent)
+        for (const Action& a : in_.before[static_cast<size_t>(i)]) FERRY_RETURN_IF_ERROR(apply(i, a, out_.before[i]));
+      for (TensorId t : g_.op(i).inputs)
+        if (!on_[idx(t)]) FERRY_RETURN_IF_ERROR(fetch(i, t, out_.before[static_cast<size_t>(i)], 0));
+      for (TensorId t : g_.op(i).outputs) {
+        on_[idx(t)] = born_[idx(t)] = true;
+        copy_[idx(t)] = {false, false};  // a new value (or an update of a persistent tensor)
+      }
+      if (has_intent)
+        for (const Action& a : in_.after[static_cast<size_t>(i)]) FERRY_RETURN_IF_ERROR(apply(i, a, out_.after[i]));
+    }
+    drop_dead_actions();
+    return std::move(out_);
+  }
+
+ private:
+  static size_t idx(TensorId t) { return static_cast<size_t>(t); }
+  const std::string& name(TensorId t) const { return g_.tensor(t).name; }
+
+  Status bug(OpId step, const Action& a, const std::string& why) const {
+    return Status::Internal(fmt::format("policy '{}' at step {} ('{}'): {} '{}': {}", in_.policy, step,
+                                        g_.op(step).name, to_string(a.kind), name(a.tensor), why));
+  }
+
+  Status apply(OpId step, const Action& a, std::vector<Action>& list) {
+    if (a.tensor < 0 || idx(a.tensor) >= g_.tensors.size())
+      return Status::Internal(fmt::format("policy '{}' at step {}: tensor id {} out of range", in_.policy, step, a.tensor));
+    const size_t t = idx(a.tensor);
+    if (!born_[t]) return bug(step, a, "it does not exist yet");
+    switch (a.kind) {
+      case ActionKind::kSwapOut:
+        if (copy_[t][tier_index(a.tier)]) return Status::Ok();  // the copy is still valid: nothing to move
+        if (!on_[t]) return bug(step, a, "it is not on the device");
+        copy_[t][tier_index(a.tier)] = true;
+        list.push_back(a);
+        return Status::Ok();
+      case ActionKind::kRelease:
+        if (!on_[t]) return Status::Ok();
+        if (g_.tensor(a.tensor).persistent() || a.tensor == g_.loss) return bug(step, a, "it must stay on the device");
+        on_[t] = false;
+        list.push_back(a);
+        return Status::Ok();
+      case ActionKind::kSwapIn: {
+        if (on_[t]) return Status::Ok();
+        Action in = a;
+        if (!copy_[t][tier_index(a.tier)]) {
+          if (!copy_[t][tier_index(a.tier == Tier::kHost ? Tier::kSsd : Tier::kHost)])
+            return bug(step, a, "it has no copy to swap in from");
+          in.tier = a.tier == Tier::kHost ? Tier::kSsd : Tier::kHost;
+        }
+        on_[t] = true;
+        list.push_back(in);
+        return Status::Ok();
+      }
+      case ActionKind::kRecompute:
+        if (on_[t]) return Status::Ok();
+        return recompute(step, a.tensor, list, 0);
+    }
+    return Status::Ok();
+  }
+
+  // Brings t back for a read at `step`: from its copy when it has one, else by recomputation.
+  Status fetch(OpId step, TensorId t, std::vector<Action>& list, int depth) {
+    for (Tier tier : kTiers)
+      if (copy_[idx(t)][tier_index(tier)]) {
+        list.push_back(swap_in_action(t, tier));
+        on_[idx(t)] = true;
+        return Status::Ok();
+      }
+    return recompute(step, t, list, depth);
+  }
+
+  Status recompute(OpId step, TensorId t, std::vector<Action>& list, int depth) {
+    const Action a = recompute_action(t);
+    if (!f_.recomputable(t)) return bug(step, a, "it was released without a copy and cannot be recomputed");
+    if (depth > static_cast<int>(g_.ops.size())) return bug(step, a, "recompute chain does not terminate");
+    const Op& p = g_.op(f_.producer[idx(t)]);
+    for (TensorId u : p.inputs)
+      if (!on_[idx(u)]) FERRY_RETURN_IF_ERROR(fetch(step, u, list, depth + 1));
+    list.push_back(a);
+    on_[idx(t)] = true;
+    return Status::Ok();
+  }
+
+  // Deaths follow from the complete schedule's reads (as lowering decides them); an action at a
+  // position after its tensor's death is removed. Removing a recompute removes reads, so repeat.
+  void drop_dead_actions() {
+    for (bool changed = true; changed;) {
+      changed = false;
+      const std::vector<Pos> death = deaths();
+      for (OpId i = 0; i < static_cast<OpId>(g_.ops.size()); ++i)
+        for (Part part : {kBefore, kAfter}) {
+          std::vector<Action>& list = part == kBefore ? out_.before[i] : out_.after[i];
+          std::vector<Action> kept;
+          kept.reserve(list.size());
+          for (size_t k = 0; k < list.size(); ++k) {
+            // Deaths were computed with this pass's indices; removal keeps the relative order.
+            if (pos(i, part, k) > death[idx(list[k].tensor)]) {
+              changed = true;
+              continue;
+            }
+            kept.push_back(list[k]);
+          }
+          list = std::move(kept);
+        }
+    }
+  }
+
+  std::vector<Pos> deaths() const {
+    std::vector<Pos> last(g_.tensors.size(), kNever);
+    auto read = [&](TensorId t, Pos p) { last[idx(t)] = last[idx(t)] == kNever ? p : std::max(last[idx(t)], p); };
+    for (OpId i = 0; i < static_cast<OpId>(g_.ops.size()); ++i) {
+      for (TensorId t : g_.op(i).inputs) read(t, pos(i, kOp));
+      for (Part part : {kBefore, kAfter}) {
+        const std::vector<Action>& list = part == kBefore ? out_.before[i] : out_.after[i];
+        for (size_t k = 0; k < list.size(); ++k)
+          if (list[k].kind == ActionKind::kRecompute)
+            for (TensorId u : g_.op(f_.producer[idx(list[k].tensor)]).inputs) read(u, pos(i, part, k));
+      }
+    }
+    std::vector<Pos> death(g_.tensors.size(), kNever);
+    for (const Tensor& t : g_.tensors) {
+      if (t.persistent() || t.id == g_.loss) continue;
+      const OpId p = f_.producer[idx(t.id)];
+      if (t.role != TensorRole::kInput && p == kNoOp) continue;
+      const Pos birth = t.role == TensorRole::kInput ? pos(0, kOp) : pos(p, kOp);
+      death[idx(t.id)] = last[idx(t.id)] == kNever ? birth : std::max(last[idx(t.id)], birth);
+    }
+    return death;
+  }
+
+  const PlanFacts& f_;
+  const Graph& g_;
+  const Schedule& in_;
+  Schedule out_;
+  std::vector<bool> on_, born_;
+  std::vector<std::array<bool, 2>> copy_;
+};
+
+}  // namespace
+
+uint64_t PlanFacts::aligned_bytes(TensorId t) const { return align_up(g().tensor(t).bytes, alignment); }
+
+bool PlanFacts::saved(TensorId t) const {
+  const Tensor& tensor = g().tensor(t);
+  if (tensor.persistent() || t == g().loss) return false;
+  const TensorInfo& i = info(t);
+  return i.last_forward_use != kNoOp && i.first_backward_use != kNoOp;
+}
+
+bool PlanFacts::recomputable(TensorId t) const {
+  const Tensor& tensor = g().tensor(t);
+  if (tensor.persistent() || tensor.role == TensorRole::kInput || t == g().loss) return false;
+  const OpId p = producer[static_cast<size_t>(t)];
+  return p != kNoOp && g().op(p).phase == Phase::kForward;
+}
+
+OpId PlanFacts::forward_end(TensorId t) const { return info(t).last_forward_use; }
+
+Result<PlanFacts> make_plan_facts(const PlanContext& ctx) {
+  const Graph& g = ctx.graph;
+  if (g.ops.empty()) return Status::InvalidArgument(fmt::format("graph '{}' has no ops to plan", g.info.model));
+  if (ctx.alignment == 0 || (ctx.alignment & (ctx.alignment - 1)) != 0)
+    return Status::InvalidArgument(fmt::format("alignment {} is not a power of two", ctx.alignment));
+  PlanFacts f;
+  f.graph = &g;
+  f.alignment = ctx.alignment;
+  f.program_options.op_scratch_bytes = ctx.op_scratch_bytes;
+  f.program_options.allow_inplace = ctx.allow_inplace;
+  AnalysisOptions ao;
+  ao.op_scratch_bytes = ctx.op_scratch_bytes;
+  ao.allow_inplace = ctx.allow_inplace;
+  ao.alignment = ctx.alignment;
+  Result<Analysis> a = analyze(g, ao);
+  if (!a.ok()) return a.status().with_context("plan");
+  f.analysis = std::move(a).value();
+  f.producer.assign(g.tensors.size(), kNoOp);
+  for (const Op& op : g.ops)
+    for (TensorId t : op.outputs)
+      if (!g.tensor(t).persistent()) f.producer[static_cast<size_t>(t)] = op.id;
+  f.op_us = ctx.cost.op_times_us(g);
+  for (const Op& op : g.ops) {
+    const double us = f.op_us[static_cast<size_t>(op.id)];
+    if (!std::isfinite(us) || us < 0)
+      return Status::InvalidArgument(
+          fmt::format("op '{}' (step {}) has time {} us; op times must be finite and >= 0", op.name, op.id, us));
+  }
+  while (f.num_forward < static_cast<OpId>(g.ops.size()) && g.op(f.num_forward).phase == Phase::kForward) ++f.num_forward;
+  Schedule keep = Schedule::keep_all(g.ops.size());
+  keep.policy = "none";
+  FERRY_ASSIGN_OR_RETURN(PlanMeasure m, measure_schedule(f, keep));
+  f.none_device_bytes = m.device_bytes;
+  return f;
+}
+
+std::vector<uint64_t> live_bytes_per_step(const PlanFacts& facts, const Program& program) {
+  const Graph& g = facts.g();
+  const size_t n = program.num_steps;
+  // Difference array over steps; open[t] is the step t's current block opened at (and its size).
+  std::vector<int64_t> delta(n + 1, 0);
+  std::vector<std::pair<OpId, uint64_t>> open(g.tensors.size(), {kNoOp, 0});
+  std::pair<OpId, uint64_t> scratch{kNoOp, 0};
+  uint64_t persistent = 0;
+  auto close = [&](std::pair<OpId, uint64_t>& block, OpId last) {
+    if (block.first == kNoOp) return;
+    delta[static_cast<size_t>(block.first)] += static_cast<int64_t>(block.second);
+    delta[static_cast<size_t>(last) + 1] -= static_cast<int64_t>(block.second);
+    block = {kNoOp, 0};
+  };
+  for (const Instruction& in : program.instructions) {
+    switch (in.kind) {
+      case InstrKind::kAlloc:
+        if (g.tensor(in.tensor).persistent()) {
+          persistent += align_up(in.bytes, facts.alignment);
+        } else if (in.inherit != kNoTensor) {
+          open[static_cast<size_t>(in.tensor)] = open[static_cast<size_t>(in.inherit)];
+          open[static_cast<size_t>(in.inherit)] = {kNoOp, 0};
+        } else {
+          open[static_cast<size_t>(in.tensor)] = {in.step, align_up(in.bytes, facts.alignment)};
+        }
+        break;
+      case InstrKind::kAllocScratch: scratch = {in.step, align_up(in.bytes, facts.alignment)}; break;
+      case InstrKind::kFreeScratch: close(scratch, in.step); break;
+      case InstrKind::kFree:
+      case InstrKind::kRelease:
+        if (!g.tensor(in.tensor).persistent()) close(open[static_cast<size_t>(in.tensor)], in.step);
+        break;
+      default: break;
+    }
+  }
+  const OpId last = n == 0 ? 0 : static_cast<OpId>(n - 1);
+  for (auto& block : open) close(block, last);
+  std::vector<uint64_t> live(n, 0);
+  int64_t running = 0;
+  for (size_t s = 0; s < n; ++s) {
+    running += delta[s];
+    live[s] = persistent + static_cast<uint64_t>(running);
+  }
+  return live;
+}
+
+Result<PlanMeasure> measure_schedule(const PlanFacts& facts, const Schedule& s, bool place) {
+  Result<Program> program = lower_schedule(facts.g(), s, facts.program_options);
+  if (!program.ok()) return Status::Internal(program.status().message());
+  PlanMeasure m;
+  m.live_bytes = live_bytes_per_step(facts, *program);
+  for (size_t i = 0; i < m.live_bytes.size(); ++i)
+    if (m.live_bytes[i] > m.live_peak_bytes) {
+      m.live_peak_bytes = m.live_bytes[i];
+      m.peak_step = static_cast<OpId>(i);
+    }
+  if (place) {
+    FERRY_ASSIGN_OR_RETURN(ProgramPlacement placement, place_program(facts.g(), *program, facts.alignment));
+    m.device_bytes = placement.arena_bytes;
+  } else {
+    m.device_bytes = m.live_peak_bytes;
+  }
+  std::vector<bool> swapped(facts.g().tensors.size(), false), recomputed(facts.g().tensors.size(), false);
+  for (const auto* lists : {&s.before, &s.after})
+    for (const std::vector<Action>& list : *lists)
+      for (const Action& a : list) {
+        if (a.kind == ActionKind::kSwapOut) swapped[static_cast<size_t>(a.tensor)] = true;
+        if (a.kind == ActionKind::kRecompute) recomputed[static_cast<size_t>(a.tensor)] = true;
+      }
+  m.swapped_tensors = static_cast<size_t>(std::count(swapped.begin(), swapped.end(), true));
+  m.recomputed_tensors = static_cast<size_t>(std::count(recomputed.begin(), recomputed.end(), true));
+  return m;
+}
+
+Result<Schedule> complete_schedule(const PlanFacts& facts, Schedule intent) {
+  const size_t n = facts.g().ops.size();
+  if (!intent.before.empty() && (intent.before.size() != n || intent.after.size() != n))
+    return Status::Internal(fmt::format("policy '{}' built a schedule for {} steps, graph has {}", intent.policy,
+                                        intent.before.size(), n));
+  return Completion(facts, intent).run();
+}
+
+size_t close_recompute_sources(const PlanFacts& facts, std::vector<bool>& dropped) {
+  const Graph& g = facts.g();
+  std::vector<TensorId> work;
+  for (const Tensor& t : g.tensors)
+    if (dropped[static_cast<size_t>(t.id)]) work.push_back(t.id);
+  size_t added = 0;
+  while (!work.empty()) {
+    const TensorId t = work.back();
+    work.pop_back();
+    const OpId p = facts.producer[static_cast<size_t>(t)];
+    if (p == kNoOp) continue;
+    for (TensorId u : g.op(p).inputs) {
+      if (dropped[static_cast<size_t>(u)] || !facts.recomputable(u)) continue;
+      if (facts.info(u).first_backward_use != kNoOp) continue;  // saved: alive in backward anyway
+      dropped[static_cast<size_t>(u)] = true;
+      ++added;
+      work.push_back(u);
+    }
+  }
+  return added;
+}
+
+double swap_out_us(const CostModel& cost, Tier tier, uint64_t bytes) {
+  return cost.transfer_us(tier == Tier::kHost ? TransferPath::kDeviceToHost : TransferPath::kDeviceToSsd, bytes);
+}
+
+double swap_in_us(const CostModel& cost, Tier tier, uint64_t bytes) {
+  return cost.transfer_us(tier == Tier::kHost ? TransferPath::kHostToDevice : TransferPath::kSsdToDevice, bytes);
+}
+
+TimingEstimate estimate_timing(const PlanFacts& facts, const Program& program, const CostModel& cost) {
+  const Graph& g = facts.g();
+  TimingEstimate e;
+  e.step_start_us.assign(program.num_steps, 0);
+  e.swap_in_wait_us.assign(g.tensors.size(), 0);
+  std::vector<double> ready(g.tensors.size(), 0), out_until(g.tensors.size(), 0);
+  std::vector<std::array<double, 2>> copy_ready(g.tensors.size(), {0, 0});
+  double now = 0, d2h = 0, h2d_own = 0;
+  double& h2d = cost.copy_directions_concurrent() ? h2d_own : d2h;
+  auto wait = [&](double until) {
+    if (until > now) {
+      e.stall_us += until - now;
+      now = until;
+    }
+  };
+  for (const Instruction& in : program.instructions) {
+    const size_t t = in.tensor == kNoTensor ? 0 : static_cast<size_t>(in.tensor);
+    switch (in.kind) {
+      case InstrKind::kRun: {
+        const Op& op = g.op(in.op);
+        double start = now;
+        TensorId waited_for = kNoTensor;
+        for (TensorId u : op.inputs)
+          if (ready[static_cast<size_t>(u)] > start) {
+            start = ready[static_cast<size_t>(u)];
+            waited_for = u;
+          }
+        if (waited_for != kNoTensor) e.swap_in_wait_us[static_cast<size_t>(waited_for)] += start - now;
+        wait(start);
+        if (!in.recompute) e.step_start_us[static_cast<size_t>(in.step)] = now;
+        now += facts.op_us[static_cast<size_t>(in.op)];
+        for (TensorId u : op.outputs) ready[static_cast<size_t>(u)] = now;
+        break;
+      }
+      case InstrKind::kSwapOut: {
+        const double start = std::max({d2h, now, ready[t]});
+        d2h = start + swap_out_us(cost, in.tier, in.bytes);
+        out_until[t] = d2h;
+        copy_ready[t][tier_index(in.tier)] = d2h;
+        break;
+      }
+      case InstrKind::kSwapIn: {
+        const double start = std::max({h2d, now, copy_ready[t][tier_index(in.tier)]});
+        h2d = start + swap_in_us(cost, in.tier, in.bytes);
+        ready[t] = h2d;
+        break;
+      }
+      case InstrKind::kRelease:
+      case InstrKind::kFree: wait(out_until[t]); break;
+      default: break;
+    }
+  }
+  e.iteration_us = std::max({now, d2h, h2d});
+  return e;
+}
+
+Schedule empty_schedule(const PlanContext& ctx, std::string_view policy) {
+  Schedule s = Schedule::keep_all(ctx.graph.ops.size());
+  s.policy = std::string(policy);
+  s.budget_bytes = ctx.budget_bytes;
+  return s;
+}
+
+Result<uint64_t> bisect_min_budget(const PlanContext& ctx, const PlanFacts& facts,
+                                   const std::function<Result<bool>(uint64_t)>& fits) {
+  // No plan beats the persistent region plus what one op reads at once.
+  uint64_t step_inputs = 0;
+  for (const Op& op : ctx.graph.ops) {
+    uint64_t sum = 0;
+    for (TensorId t : facts.analysis.step_inputs[static_cast<size_t>(op.id)])
+      if (!ctx.graph.tensor(t).persistent()) sum += facts.aligned_bytes(t);
+    step_inputs = std::max(step_inputs, sum);
+  }
+  uint64_t lo = facts.analysis.persistent_region_bytes + step_inputs;  // infeasible, or unknown
+  uint64_t hi = facts.none_device_bytes;                               // feasible once checked
+  for (int grow = 0;; ++grow) {
+    FERRY_ASSIGN_OR_RETURN(bool ok, fits(hi));
+    if (ok) break;
+    if (grow == 4)
+      return Status::Internal(fmt::format("the plan does not fit even in {} ({} bytes)", format_bytes(hi), hi));
+    hi += hi / 4;
+  }
+  lo = std::min(lo, hi);
+  const uint64_t tolerance = std::max(ctx.alignment, facts.none_device_bytes / 200);
+  while (hi - lo > tolerance) {
+    const uint64_t mid = align_up(lo + (hi - lo) / 2, ctx.alignment);
+    if (mid >= hi) break;
+    FERRY_ASSIGN_OR_RETURN(bool ok, fits(mid));
+    (ok ? hi : lo) = mid;
+  }
+  return hi;
+}
+
+Result<PlanAttempt> finish_attempt(const PlanContext& ctx, const PlanFacts& facts, Schedule intent) {
+  PlanAttempt a;
+  FERRY_ASSIGN_OR_RETURN(a.schedule, complete_schedule(facts, std::move(intent)));
+  FERRY_ASSIGN_OR_RETURN(a.measure, measure_schedule(facts, a.schedule));
+  a.fits = ctx.budget_bytes == 0 || a.measure.device_bytes <= ctx.budget_bytes;
+  return a;
+}
+
+}  // namespace ferry

@@ -1,0 +1,149 @@
+// What the policies share (internal to src/plan): facts about the graph computed once, the exact
+// memory measure of a schedule, a byte-count estimate of live memory per step, the completion
+// pass that turns a policy's intent into a schedule lower_schedule accepts, and a light timing
+// estimate for the time-driven policies.
+//
+// Design
+// - A policy states intent: which tensors leave the device and where (kSwapOut + kRelease, or
+//   kRelease alone for a tensor to be recomputed), and where it wants them back (kSwapIn,
+//   kRecompute). complete_schedule() then walks the program in order with lowering's state
+//   machine and makes the intent legal: it fetches on demand what an op or a recompute reads but
+//   is not on the device (swap-in from its copy, else a recompute chain), drops actions that
+//   became redundant (a swap-out to a tier that already holds a copy, a prefetch of a tensor that
+//   is on the device) and actions naming tensors that are dead by then. Policies stay short and
+//   cannot emit an illegal schedule by forgetting a prerequisite.
+// - Memory is judged as the executor places it (plan/placement.h): blocks with step-interval
+//   lifetimes. live_bytes_per_step() counts those blocks per step without placing them (cheap,
+//   used inside greedy loops); measure_schedule() also places them (exact, used to accept a plan).
+// - Nothing here runs the simulator (src/sim depends on this module).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "analysis/analysis.h"
+#include "common/status.h"
+#include "cost/cost_model.h"
+#include "graph/graph.h"
+#include "plan/policies.h"
+#include "plan/program.h"
+#include "plan/schedule.h"
+
+namespace ferry {
+
+// Facts about one graph that every policy reads; built once per planning request.
+struct PlanFacts {
+  const Graph* graph = nullptr;
+  Analysis analysis;                  // uses, lifetimes, in-place buffers of the keep plan
+  std::vector<OpId> producer;         // per tensor: the op producing it (kNoOp: input, persistent)
+  std::vector<double> op_us;          // per op: the cost model's time
+  OpId num_forward = 0;               // ops [0, num_forward) are the forward phase
+  ProgramOptions program_options;     // scratch and in-place, as the simulator lowers
+  uint64_t alignment = 64;
+  uint64_t none_device_bytes = 0;     // device bytes of the keep plan (policy none)
+
+  const Graph& g() const { return *graph; }
+  const TensorInfo& info(TensorId t) const { return analysis.tensors[static_cast<size_t>(t)]; }
+  uint64_t aligned_bytes(TensorId t) const;
+  // Transient, produced by a forward op or a data input, read in forward or produced there, and
+  // read again in backward: what swapping and recomputation can free between the two phases.
+  bool saved(TensorId t) const;
+  // A forward op's output that is not the loss: kRecompute may regenerate it.
+  bool recomputable(TensorId t) const;
+  // The last forward step that reads t, or its producer's step when no forward op reads it.
+  OpId forward_end(TensorId t) const;
+};
+
+Result<PlanFacts> make_plan_facts(const PlanContext& ctx);
+
+// Live device bytes per step as placement counts them: the persistent region plus every block
+// whose step interval covers the step (aligned sizes). Its maximum is a lower bound on the arena.
+std::vector<uint64_t> live_bytes_per_step(const PlanFacts& facts, const Program& program);
+
+struct PlanMeasure {
+  uint64_t device_bytes = 0;          // placement arena (what must fit the budget)
+  uint64_t live_peak_bytes = 0;       // max of live_bytes
+  OpId peak_step = 0;                 // first step where live_bytes is maximal
+  std::vector<uint64_t> live_bytes;   // per step
+  size_t swapped_tensors = 0;
+  size_t recomputed_tensors = 0;
+};
+
+// Lowers `s` and places it. Errors: lower_schedule's (a policy bug: the message names the rule).
+Result<PlanMeasure> measure_schedule(const PlanFacts& facts, const Schedule& s, bool place = true);
+
+// Makes a policy's intent legal (see the design note); an on-demand fetch swaps in from the
+// tier holding the copy (host first), or recomputes when there is none. Errors: Internal when the intent contradicts itself (a swap-in with no copy anywhere, a
+// release of a tensor that is not on the device, a recompute of a tensor that cannot be
+// recomputed).
+Result<Schedule> complete_schedule(const PlanFacts& facts, Schedule intent);
+
+// Forward-only producer inputs that a recompute of `dropped` tensors would read after their
+// natural death: dropping them too (release after their last forward use, recompute on demand)
+// keeps recomputation from pinning them for the whole idle interval. Adds them to `dropped`
+// (a per-tensor flag) and returns how many were added.
+size_t close_recompute_sources(const PlanFacts& facts, std::vector<bool>& dropped);
+
+// Light timing estimate of a program: the compute stream runs ops back to back, waiting for
+// swap-ins to land and for swap-outs before a release; copies queue FIFO on one stream per
+// direction (one shared stream when the link is half duplex); an SSD transfer is its whole path
+// on that stream. No SSD queue model: the simulator is the reference, this guides planners.
+struct TimingEstimate {
+  double iteration_us = 0;
+  double stall_us = 0;
+  std::vector<double> step_start_us;      // per step: when op i starts
+  std::vector<double> swap_in_wait_us;    // per tensor: total time ops waited for its swap-ins
+};
+TimingEstimate estimate_timing(const PlanFacts& facts, const Program& program, const CostModel& cost);
+
+// Time to move `bytes` between the device and `tier`, each direction.
+double swap_out_us(const CostModel& cost, Tier tier, uint64_t bytes);
+double swap_in_us(const CostModel& cost, Tier tier, uint64_t bytes);
+
+// What one policy run produced: a complete schedule, its measure, and notes. `fits` compares
+// the measure with the budget (always true for an unlimited budget).
+struct PlanAttempt {
+  Schedule schedule;
+  PlanMeasure measure;
+  std::string notes;
+  double solve_seconds = 0;
+  double mip_gap = 0;
+  bool proven_optimal = false;
+  bool fits = false;
+};
+
+// Completes, measures and wraps an intent.
+Result<PlanAttempt> finish_attempt(const PlanContext& ctx, const PlanFacts& facts, Schedule intent);
+
+// The policies (one file each). Each returns its best attempt; an attempt that does not fit is
+// not an error here (the registry turns it into OutOfMemory with the smallest budget).
+Result<PlanAttempt> plan_vdnn(const PlanContext& ctx, const PlanFacts& facts, bool conv_only);
+Result<PlanAttempt> plan_lru(const PlanContext& ctx, const PlanFacts& facts);
+Result<PlanAttempt> plan_lms(const PlanContext& ctx, const PlanFacts& facts);
+Result<PlanAttempt> plan_capuchin(const PlanContext& ctx, const PlanFacts& facts);
+Result<PlanAttempt> plan_checkpoint_sqrt(const PlanContext& ctx, const PlanFacts& facts);
+Result<PlanAttempt> plan_checkmate(const PlanContext& ctx, const PlanFacts& facts);
+// Checkmate's smallest budget: bisection whose probes stop at CBC's first feasible solution.
+Result<uint64_t> checkmate_min_budget(const PlanContext& ctx, const PlanFacts& facts);
+
+// The smallest budget at which `fits` holds, by bisection between a bound no plan beats
+// (persistent region + the largest set of tensors one op reads) and the keep plan's device
+// bytes (raised by 25% up to four times while it does not fit), to within 0.5% of the latter.
+// Assumes `fits` is monotone in the budget.
+Result<uint64_t> bisect_min_budget(const PlanContext& ctx, const PlanFacts& facts,
+                                   const std::function<Result<bool>(uint64_t)>& fits);
+
+// Appends `a` to the before / after list of `step`.
+inline void add_before(Schedule& s, OpId step, Action a) { s.before[static_cast<size_t>(step)].push_back(a); }
+inline void add_after(Schedule& s, OpId step, Action a) { s.after[static_cast<size_t>(step)].push_back(a); }
+inline Action swap_out_action(TensorId t, Tier tier) { return {ActionKind::kSwapOut, t, tier}; }
+inline Action release_action(TensorId t) { return {ActionKind::kRelease, t, Tier::kHost}; }
+inline Action swap_in_action(TensorId t, Tier tier) { return {ActionKind::kSwapIn, t, tier}; }
+inline Action recompute_action(TensorId t) { return {ActionKind::kRecompute, t, Tier::kHost}; }
+
+// An empty schedule for the graph, named and budgeted.
+Schedule empty_schedule(const PlanContext& ctx, std::string_view policy);
+
+}  // namespace ferry

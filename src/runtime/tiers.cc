@@ -1,0 +1,243 @@
+// SwapTier's shared accounting and the host tier. See tiers.h for the design.
+#include "runtime/tiers.h"
+
+#include <cstring>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "common/units.h"
+
+namespace ferry {
+
+namespace {
+
+std::string bytes_text(uint64_t bytes) { return fmt::format("{} ({} bytes)", format_bytes(bytes), bytes); }
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// SwapEndpoint
+
+Status SwapEndpoint::copy_out(uint64_t offset, std::span<std::byte> dst) const {
+  FERRY_CHECK(offset <= bytes_ && dst.size() <= bytes_ - offset, "copy_out of [{}, +{}) from an endpoint of {} bytes",
+              offset, dst.size(), bytes_);
+  if (dst.empty()) return Status::Ok();
+  if (backend_ != nullptr) return backend_->copy_to_host(dst, device_ + offset);
+  std::memcpy(dst.data(), host_ + offset, dst.size());
+  return Status::Ok();
+}
+
+Status SwapEndpoint::copy_in(uint64_t offset, std::span<const std::byte> src) const {
+  FERRY_CHECK(offset <= bytes_ && src.size() <= bytes_ - offset, "copy_in of [{}, +{}) into an endpoint of {} bytes",
+              offset, src.size(), bytes_);
+  if (src.empty()) return Status::Ok();
+  if (backend_ != nullptr) return backend_->copy_to_device(device_ + offset, src);
+  FERRY_CHECK(host_mutable_ != nullptr, "copy_in into a read-only host endpoint");
+  std::memcpy(host_mutable_ + offset, src.data(), src.size());
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------------------------------------
+// SwapTier
+
+SwapTier::SwapTier(std::string name, Tier kind, uint64_t capacity_bytes, uint64_t alignment, bool checksum)
+    : name_(std::move(name)), kind_(kind), checksum_(checksum), allocator_(capacity_bytes, alignment, name_ + " tier") {}
+
+uint64_t SwapTier::capacity_bytes() const {
+  std::lock_guard lock(mu_);
+  return allocator_.capacity();
+}
+
+Result<SwapSlot> SwapTier::reserve(TensorId tensor, uint64_t bytes) {
+  std::lock_guard lock(mu_);
+  if (auto it = slots_.find(tensor); it != slots_.end()) {
+    ++counters_.num_failed_reservations;
+    return Status::InvalidArgument(fmt::format(
+        "{} tier: tensor {} already has a slot ({} at offset {}); a tensor has at most one copy per tier",
+        name_, tensor, bytes_text(it->second.slot.bytes), it->second.slot.offset));
+  }
+  AllocResult<uint64_t> offset = allocator_.allocate(bytes);
+  if (!offset.ok()) {
+    ++counters_.num_failed_reservations;
+    return offset.status().with_context(fmt::format("{} tier: no room for tensor {}", name_, tensor));
+  }
+  SwapSlot slot{.tensor = tensor, .bytes = bytes, .offset = *offset, .generation = next_generation_++};
+  slots_.emplace(tensor, SlotState{.slot = slot});
+  return slot;
+}
+
+std::optional<SwapSlot> SwapTier::find(TensorId tensor) const {
+  std::lock_guard lock(mu_);
+  auto it = slots_.find(tensor);
+  if (it == slots_.end()) return std::nullopt;
+  return it->second.slot;
+}
+
+const SwapTier::SlotState* SwapTier::lookup(const SwapSlot& slot) const {
+  auto it = slots_.find(slot.tensor);
+  if (it == slots_.end() || it->second.slot != slot) return nullptr;
+  return &it->second;
+}
+
+SwapTier::SlotState* SwapTier::lookup(const SwapSlot& slot) {
+  return const_cast<SlotState*>(std::as_const(*this).lookup(slot));
+}
+
+void SwapTier::release(const SwapSlot& slot) {
+  std::lock_guard lock(mu_);
+  SlotState* state = lookup(slot);
+  FERRY_CHECK(state != nullptr, "{} tier: release of a stale slot of tensor {} (generation {})", name_, slot.tensor,
+              slot.generation);
+  FERRY_CHECK(state->active == 0, "{} tier: release of tensor {}'s slot while {} transfer(s) of it run", name_,
+              slot.tensor, state->active);
+  allocator_.free(slot.offset);
+  slots_.erase(slot.tensor);
+}
+
+bool SwapTier::holds_copy(const SwapSlot& slot) const {
+  std::lock_guard lock(mu_);
+  const SlotState* state = lookup(slot);
+  return state != nullptr && state->valid;
+}
+
+Status SwapTier::begin_transfer(const SwapSlot& slot, bool is_write, uint64_t endpoint_bytes, uint64_t* checksum) {
+  std::lock_guard lock(mu_);
+  const char* verb = is_write ? "write" : "read";
+  SlotState* state = lookup(slot);
+  if (state == nullptr)
+    return Status::InvalidArgument(
+        fmt::format("{} tier: {} of tensor {} through a stale slot (generation {})", name_, verb, slot.tensor,
+                    slot.generation));
+  if (endpoint_bytes != slot.bytes)
+    return Status::InvalidArgument(fmt::format("{} tier: {} of tensor {}: its slot holds {}, the other side has {}",
+                                               name_, verb, slot.tensor, bytes_text(slot.bytes),
+                                               bytes_text(endpoint_bytes)));
+  if (is_write && state->active > 0)
+    return Status::Internal(fmt::format("{} tier: write of tensor {} while another transfer of its slot runs", name_,
+                                        slot.tensor));
+  if (!is_write && !state->valid)
+    return Status::Internal(fmt::format(
+        "{} tier: read of tensor {} whose slot holds no complete copy (never written, or its write failed)", name_,
+        slot.tensor));
+  if (is_write) state->valid = false;  // the old copy, if any, is being overwritten
+  *checksum = state->checksum;
+  ++state->active;
+  return Status::Ok();
+}
+
+void SwapTier::end_transfer(const SwapSlot& slot, bool is_write, bool ok, uint64_t checksum) {
+  std::lock_guard lock(mu_);
+  SlotState* state = lookup(slot);
+  FERRY_CHECK(state != nullptr && state->active > 0, "{} tier: tensor {}'s slot vanished during a transfer", name_,
+              slot.tensor);
+  --state->active;
+  if (!ok) {
+    ++counters_.num_failed_transfers;
+    return;
+  }
+  if (is_write) {
+    state->valid = true;
+    state->checksum = checksum;
+    counters_.bytes_written += slot.bytes;
+    ++counters_.num_writes;
+  } else {
+    counters_.bytes_read += slot.bytes;
+    ++counters_.num_reads;
+  }
+}
+
+Status SwapTier::write(const SwapSlot& slot, const SwapEndpoint& src) {
+  uint64_t unused = 0;
+  FERRY_RETURN_IF_ERROR(begin_transfer(slot, /*is_write=*/true, src.bytes(), &unused));
+  std::optional<Hash64> hash;
+  if (checksum_) hash.emplace();
+  Status st = store(slot, src, hash ? &*hash : nullptr);
+  end_transfer(slot, /*is_write=*/true, st.ok(), hash ? hash->digest() : 0);
+  return st;
+}
+
+Status SwapTier::read(const SwapSlot& slot, const SwapEndpoint& dst) {
+  uint64_t expected = 0;
+  FERRY_RETURN_IF_ERROR(begin_transfer(slot, /*is_write=*/false, dst.bytes(), &expected));
+  std::optional<Hash64> hash;
+  if (checksum_) hash.emplace();
+  Status st = load(slot, dst, hash ? &*hash : nullptr);
+  if (st.ok() && hash && hash->digest() != expected)
+    st = Status::Internal(fmt::format(
+        "{} tier: checksum mismatch for tensor {}: stored 0x{:016x}, read back 0x{:016x} ({} at offset {}); the "
+        "copy was corrupted",
+        name_, slot.tensor, expected, hash->digest(), bytes_text(slot.bytes), slot.offset));
+  end_transfer(slot, /*is_write=*/false, st.ok(), 0);
+  return st;
+}
+
+Status SwapTier::write(const SwapSlot& slot, Backend& backend, DevicePtr src) {
+  return write(slot, SwapEndpoint::device(backend, src, slot.bytes));
+}
+
+Status SwapTier::read(const SwapSlot& slot, Backend& backend, DevicePtr dst) {
+  return read(slot, SwapEndpoint::device(backend, dst, slot.bytes));
+}
+
+Status SwapTier::write(const SwapSlot& slot, std::span<const std::byte> src) {
+  return write(slot, SwapEndpoint::host_source(src));
+}
+
+Status SwapTier::read(const SwapSlot& slot, std::span<std::byte> dst) {
+  return read(slot, SwapEndpoint::host_destination(dst));
+}
+
+TierStats SwapTier::stats() const {
+  std::lock_guard lock(mu_);
+  TierStats s = counters_;
+  AllocatorStats a = allocator_.stats();
+  s.capacity_bytes = a.capacity_bytes;
+  s.in_use_bytes = a.in_use_bytes;
+  s.peak_in_use_bytes = a.peak_in_use_bytes;
+  s.live_slots = slots_.size();
+  return s;
+}
+
+void SwapTier::reset_peaks() {
+  std::lock_guard lock(mu_);
+  allocator_.reset_peaks();
+}
+
+// ---------------------------------------------------------------------------------------------
+// HostTier
+
+Result<std::unique_ptr<HostTier>> HostTier::create(const HostTierOptions& options) {
+  if (options.capacity_bytes == 0)
+    return Status::InvalidArgument(fmt::format("{} tier: capacity must be positive", options.name));
+  HostRegionOptions region_options = options.region;
+  region_options.name = options.name + " tier";
+  FERRY_ASSIGN_OR_RETURN(HostRegion region, HostRegion::map(options.capacity_bytes, region_options));
+  return std::unique_ptr<HostTier>(new HostTier(options, std::move(region)));
+}
+
+HostTier::HostTier(const HostTierOptions& options, HostRegion region)
+    : SwapTier(options.name, Tier::kHost, options.capacity_bytes, OffsetAllocator::kDefaultAlignment,
+               options.checksum),
+      region_(std::move(region)) {}
+
+std::span<std::byte> HostTier::stored_bytes(const SwapSlot& slot) {
+  FERRY_CHECK(find(slot.tensor) == slot, "{} tier: stored_bytes of a stale slot of tensor {}", name(), slot.tensor);
+  return {region_.data() + slot.offset, slot.bytes};
+}
+
+Status HostTier::store(const SwapSlot& slot, const SwapEndpoint& src, Hash64* hash) {
+  std::span<std::byte> block(region_.data() + slot.offset, slot.bytes);
+  FERRY_RETURN_IF_ERROR(
+      src.copy_out(0, block).with_context(fmt::format("{} tier: write of tensor {}", name(), slot.tensor)));
+  if (hash) hash->update(block);
+  return Status::Ok();
+}
+
+Status HostTier::load(const SwapSlot& slot, const SwapEndpoint& dst, Hash64* hash) {
+  std::span<const std::byte> block(region_.data() + slot.offset, slot.bytes);
+  if (hash) hash->update(block);
+  return dst.copy_in(0, block).with_context(fmt::format("{} tier: read of tensor {}", name(), slot.tensor));
+}
+
+}  // namespace ferry
