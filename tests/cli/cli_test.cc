@@ -147,7 +147,8 @@ TEST(Cli, TrainWithTooSmallBudgetFailsUpFrontWithTheNeededBytes) {
 TEST(Cli, TrainIsBitwiseDeterministicForASeed) {
   auto losses = [](const std::string& out) {
     std::vector<double> v;
-    for (const auto& it : nlohmann::json::parse(out)["iterations"]) v.push_back(it["loss"].get<double>());
+    const nlohmann::json j = nlohmann::json::parse(out);  // must outlive the loop over its member
+    for (const auto& it : j["iterations"]) v.push_back(it["loss"].get<double>());
     return v;
   };
   Output a = ferry("train --model gpt2-mini --batch 2 --seq 16 --iters 3 --optimizer adam --seed 5 --json");
