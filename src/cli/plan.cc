@@ -198,6 +198,18 @@ int run_plan(const PlanOptions& o) {
     return 0;
   }
   Result<PlanReport> planned = plan_policy(o.policy, ctx);
+  if (!planned.ok() && planned.status().code() == StatusCode::kOutOfMemory && o.json) {
+    // The honest answer to "does it fit?" is a JSON "no", with the reason and the numbers.
+    nlohmann::json j;
+    j["model"] = g->info.model;
+    j["device"] = hw->name;
+    j["policy"] = o.policy;
+    j["feasible"] = false;
+    j["reason"] = planned.status().message();
+    j["budget_bytes"] = budget;
+    std::printf("%s\n", j.dump(2).c_str());
+    return 1;
+  }
   if (!planned.ok()) return report(planned.status());
   Schedule schedule = planned->schedule;
   schedule.budget_bytes = budget;

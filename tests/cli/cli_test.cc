@@ -159,3 +159,42 @@ TEST(Cli, TrainIsBitwiseDeterministicForASeed) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(Cli, PlanJsonTraceAndPlot) {
+  const std::string trace = temp("plan_trace.json"), svg = temp("plan.svg");
+  Output o = ferry("plan --model resnet-mini --batch 2 --device a100-40gb-pcie4 --json --trace-out " + trace +
+                   " --plot " + svg);
+  ASSERT_EQ(o.code, 0) << o.out;
+  auto j = nlohmann::json::parse(o.out);
+  for (const char* k : {"feasible", "iteration_ms", "compute_ms", "stall_ms", "peak_bytes", "bytes_d2h", "bytes_h2d"})
+    EXPECT_TRUE(j.contains(k)) << k;
+  EXPECT_TRUE(j["feasible"].get<bool>());
+  std::ifstream t(trace);
+  auto events = nlohmann::json::parse(t);
+  EXPECT_TRUE(events.contains("traceEvents"));
+  std::ifstream s(svg);
+  std::stringstream ss;
+  ss << s.rdbuf();
+  EXPECT_TRUE(has(ss.str(), "<svg"));
+  std::filesystem::remove(trace);
+  std::filesystem::remove(svg);
+}
+
+TEST(Cli, PlanBadInputAndInfeasibleBudgets) {
+  EXPECT_EQ(ferry("plan --model resnet-mini --batch 2 --device no-such-gpu").code, 2);
+  const std::string bad = temp("bad_profile.json");
+  std::ofstream(bad) << R"({"format": "ferry-hardware-profile", "version": 1, "name": "x"})";
+  Output b = ferry("plan --model resnet-mini --batch 2 --device " + bad);
+  EXPECT_EQ(b.code, 2) << b.out;
+  std::filesystem::remove(bad);
+  // A budget that cannot even hold the weights is an honest "does not fit", exit code 1.
+  Output o = ferry("plan --model resnet50 --batch 2 --device a100-40gb-pcie4 --budget 1MiB --json");
+  EXPECT_EQ(o.code, 1) << o.out;
+  auto j = nlohmann::json::parse(o.out);
+  EXPECT_FALSE(j["feasible"].get<bool>());
+  EXPECT_TRUE(has(j["reason"].get<std::string>(), "bytes"));
+}
+
+}  // namespace
