@@ -43,7 +43,8 @@ namespace ferry {
 struct PolicyOptions {
   int32_t lms_swapin_ahead = 1;            // lms: swap in this many ops before the first backward use (>= 1)
   uint64_t lms_threshold_bytes = 0;        // lms: swap only tensors of at least this many bytes
-  double checkmate_time_limit_s = 60;      // checkmate: CBC wall-clock limit per solve
+  double checkmate_time_limit_s = 60;      // checkmate: CBC wall-clock limit per solve (a plan takes
+                                           // 1-6 solves; find_min_budget ~10 more)
   int32_t checkmate_max_nodes = 0;         // checkmate: CBC branch-and-bound node limit per solve
                                            // (0 = none); unlike time, it is deterministic
   size_t checkmate_max_ops = 400;          // checkmate: larger graphs are refused
@@ -99,10 +100,12 @@ Result<Schedule> make_schedule(std::string_view policy, const PlanContext& ctx);
 
 // The smallest budget (bytes, a multiple of ctx.alignment) at which `policy` produces a plan that
 // fits, ignoring ctx.budget_bytes. Budget-oblivious policies: the device bytes of their one plan.
-// Budget-aware ones: bisection between a lower bound that no plan can beat (persistent region +
-// the largest single step's inputs, outputs and scratch) and the `none` plan's device bytes,
-// to within 0.5% of the latter; it assumes feasibility grows with the budget. Errors: those of
-// plan_policy other than OutOfMemory.
+// Budget-aware ones: bisection between a bound no plan beats (persistent region + the largest
+// set of tensors one op reads) and the `none` plan's device bytes, to within 0.5% of the latter,
+// on the planners' exact measure (no simulation needed: the simulator's feasibility is the same
+// placement); it assumes that feasibility grows with the budget, which greedy planners only
+// approximate, so a smaller budget may occasionally fit too. checkmate's probes stop at CBC's
+// first feasible solution. Errors: those of plan_policy other than OutOfMemory.
 Result<uint64_t> find_min_budget(std::string_view policy, const PlanContext& ctx);
 
 }  // namespace ferry

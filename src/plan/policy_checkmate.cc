@@ -25,11 +25,17 @@
 //   their forward uses + sum of K[v] bytes over tensors whose forward use has ended <= budget;
 //   at backward stage j: fixed(j) + sum S[j,v] bytes + sum R[j,p] bytes of p's outputs <= budget.
 //   fixed(s) is everything else the keep plan holds at step s (weights, gradients, inputs,
-//   scratch). Instead of the FREE variables, a stage counts everything it recomputes as alive at
-//   once: an upper bound on its peak (the paper's U[t,k] is exact within a stage), which keeps
-//   the program small (no n^3 FREE terms) at the price of some optimality.
-// - Objective: min sum R[j,p] (C_p + 1e-3), the tiny constant preferring fewer recomputations
-//   among equal-time plans (zero-time ops).
+//   scratch; a data input that a recomputable op reads is held to the end). Instead of the FREE
+//   variables, a stage counts everything it recomputes as alive at once: an upper bound on its
+//   peak (the paper's U[t,k] is exact within a stage) and exactly what Ferry's step-interval
+//   placement charges, since every block a step opens coexists with every other in that step.
+//   This keeps the program small (no n^3 FREE terms).
+// - S[j, v] only changes at v's breakpoints (stages that read v or may recompute its producer),
+//   so one variable stands for each interval between two of them: ~half the variables of one
+//   per stage, and none of the symmetric solutions that hold v for part of an interval.
+// - Objective: min sum R[j,p] (C_p + 1e-3) + 1e-4 sum S bytes/budget: the tiny terms prefer,
+//   among plans of equal recompute time, fewer recomputations (zero-time ops) and then holding
+//   less (recomputing just in time rather than early).
 // - The solution becomes actions: release after the last forward use when K[v] = 0; before
 //   backward step j, recompute the needed outputs of every op with R[j,p] = 1 in forward order;
 //   release after step j what S[j+1,v] = 0 says to drop. complete_schedule() legalises it. The
@@ -56,6 +62,7 @@ namespace {
 
 constexpr int kMaxRounds = 3;
 constexpr double kRecomputeEpsilonUs = 1e-3;
+constexpr double kKeepEpsilonUs = 1e-4;  // per kept interval, times its share of the budget
 constexpr double kInfinity = 1e30;  // CBC treats bounds beyond 1e20 as infinite
 
 // A 0/1 program in row form: minimise obj . x subject to rows (sum coef x) >= or <= rhs.
@@ -122,7 +129,12 @@ Result<MilpSolution> solve_milp(const Milp& m, const SolveLimits& limits) {
   Cbc_setLogLevel(model, 0);
   Cbc_setMaximumSeconds(model, limits.seconds);
   if (limits.max_nodes > 0) Cbc_setMaximumNodes(model, limits.max_nodes);
-  if (limits.first_solution) Cbc_setMaximumSolutions(model, 1);
+  if (limits.first_solution) {
+    // Feasibility only: stop at the first solution, and spend little on root cuts, which
+    // tighten the bound (useless here) more than they help find a solution (3x faster probes).
+    Cbc_setMaximumSolutions(model, 1);
+    Cbc_setParameter(model, "passC", "5");
+  }
   const auto t0 = std::chrono::steady_clock::now();
   Cbc_solve(model);
   MilpSolution s;
@@ -148,13 +160,28 @@ class Checkmate {
   // Plans for ctx.budget_bytes. With first_solution, CBC stops at its first feasible solution:
   // enough to tell whether the budget can be met (find_min_budget's probes).
   Result<PlanAttempt> run(bool first_solution = false) {
-    if (ctx_.budget_bytes == 0) {
+    if (ctx_.budget_bytes == 0 || ctx_.budget_bytes >= f_.none_device_bytes) {
+      // Recomputing nothing fits, and no plan recomputes less: optimal without a solve.
       FERRY_ASSIGN_OR_RETURN(PlanAttempt a, finish_attempt(ctx_, f_, empty_schedule(ctx_, "checkmate")));
-      a.notes = "no budget: nothing to rematerialise";
+      a.notes = "the keep plan fits: nothing to rematerialise";
       a.proven_optimal = true;
       return a;
     }
     FERRY_RETURN_IF_ERROR(prepare());
+    FERRY_ASSIGN_OR_RETURN(PlanAttempt a, solve_rounds(first_solution));
+    if (!a.fits && !first_solution) {
+      // The optimised solution may place worse than the first one CBC finds, which is what
+      // find_min_budget's probes accepted: fall back to it so that both agree.
+      FERRY_ASSIGN_OR_RETURN(PlanAttempt first, solve_rounds(true));
+      if (first.fits) return first;
+    }
+    return a;
+  }
+
+ private:
+  // Solves for the budget, places the plan, and solves again with the budget lowered by the
+  // excess when placement does not fit (a few rounds).
+  Result<PlanAttempt> solve_rounds(bool first_solution) {
 #ifdef FERRY_HAVE_CBC
     uint64_t target = ctx_.budget_bytes;
     PlanAttempt best;
@@ -169,10 +196,9 @@ class Checkmate {
         FERRY_ASSIGN_OR_RETURN(PlanAttempt a, finish_attempt(ctx_, f_, empty_schedule(ctx_, "checkmate")));
         a.fits = false;  // the keep plan stands in; it is what fits when nothing is recomputed
         a.solve_seconds = total_seconds;
-        a.notes = fmt::format("{} ({} variables, {} constraints) after {:.2f} s: the budget {} is below what the "
-                              "program can reach",
-                              sol.proven_infeasible ? "MILP infeasible" : "no feasible solution within the limits",
-                              num_vars_, rows_, total_seconds, format_bytes(target));
+        a.notes = fmt::format("{} for {} ({} variables, {} constraints, {:.2f} s)",
+                              sol.proven_infeasible ? "MILP infeasible" : "no solution within the limits",
+                              format_bytes(target), num_vars_, rows_, total_seconds);
         return a;
       }
       FERRY_ASSIGN_OR_RETURN(PlanAttempt a, finish_attempt(ctx_, f_, to_schedule(sol.x)));
@@ -182,23 +208,25 @@ class Checkmate {
       a.notes = fmt::format("MILP {} variables, {} constraints; {} in {:.2f} s, gap {:.2f}%, {:.1f} us recomputed",
                             num_vars_, rows_,
                             sol.proven_optimal ? "optimal" : first_solution ? "first solution" : "stopped at a limit",
-                            total_seconds, 100 * a.mip_gap, std::max(0.0, sol.objective - epsilon_total(sol.x)));
+                            total_seconds, 100 * a.mip_gap, recompute_us(sol.x));
       if (a.fits) return a;
       const uint64_t excess = a.measure.device_bytes - ctx_.budget_bytes;
       if (!have_best || a.measure.device_bytes < best.measure.device_bytes) {
         best = std::move(a);
         have_best = true;
       }
-      if (excess >= target) break;
-      target -= std::max(excess, f_.alignment);
+      // Fragmentation: lower the program's budget by the excess, more each round.
+      const uint64_t step = std::max(excess, f_.alignment) * static_cast<uint64_t>(round + 1);
+      if (step >= target) break;
+      target -= step;
     }
     return best;
 #else
-    return Status::Internal("unreachable");
+    (void)first_solution;
+    return Status::Unsupported("checkmate needs CBC (coinor-libcbc-dev), and Ferry was built without it");
 #endif
   }
 
- private:
   Status prepare() {
     if (g_.ops.size() > ctx_.options.checkmate_max_ops)
       return Status::Unsupported(fmt::format("graph too large for checkmate ({} ops > limit {})", g_.ops.size(),
@@ -215,11 +243,14 @@ class Checkmate {
   OpId nf() const { return f_.num_forward; }
   bool in_v(TensorId t) const { return f_.recomputable(t); }
 
-  // Which (stage, tensor) and (stage, op) pairs get a variable. need(v) = the stages that read v:
-  // its backward readers, and the stages where a forward consumer of v may be recomputed. An op
-  // is recomputed only in the stages that need one of its outputs (J(p) = union of need(w)):
-  // recomputing earlier and keeping the result is never cheaper and never uses less memory in
-  // this model. S[j, v] exists from the first backward stage to the last stage in need(v).
+  // Which (stage, tensor) and (stage, op) pairs get a variable. need(v) = the stages that may
+  // read v: its backward readers, and the stages where a forward consumer of v may be
+  // recomputed. J(p) = the union of need(w) over p's outputs: op p is recomputed only in those
+  // stages, just in time. (Also allowing the few stages before each, so that a long chain can be
+  // recomputed over several stages, did not lower the smallest feasible budget on the test
+  // models and made CBC 3-5x slower.) S[j, v] exists from the first backward stage to the last stage in need(v); it can only
+  // change at a breakpoint (a stage that reads v or may recompute its producer), so one variable
+  // per interval between breakpoints stands for all of its stages.
   // Tensors are visited by producer, last first, since consumers' outputs come later.
   Status index_variables() {
     const size_t nt = g_.tensors.size();
@@ -250,6 +281,21 @@ class Checkmate {
       }
       if (!need_[idx(v)].empty()) horizon_[idx(v)] = need_[idx(v)].back();
     }
+    // Each tensor's breakpoints.
+    const std::vector<std::vector<bool>>& r_stages = op_stages;
+    for (TensorId v : order) {
+      if (horizon_[idx(v)] == kNoOp) continue;
+      const std::vector<bool>& rs = r_stages[static_cast<size_t>(f_.producer[idx(v)])];
+      std::vector<OpId> points;
+      size_t next_need = 0;
+      const std::vector<OpId>& need = need_[idx(v)];
+      for (OpId j = nf(); j <= horizon_[idx(v)]; ++j) {
+        const bool is_need = next_need < need.size() && need[next_need] == j;
+        if (is_need) ++next_need;
+        if (is_need || rs[static_cast<size_t>(j - nf())]) points.push_back(j);
+      }
+      need_[idx(v)] = std::move(points);
+    }
     s_base_.assign(nt, -1);
     r_index_.assign(static_cast<size_t>(nf()) * nb, -1);
     num_vars_ = 0;
@@ -258,18 +304,21 @@ class Checkmate {
         s_base_[idx(t.id)] = num_vars_;
         num_vars_ += static_cast<int>(need_[idx(t.id)].size());
       }
+    recomputed_op_.assign(static_cast<size_t>(nf()), false);
     for (OpId p = 0; p < nf(); ++p)
       for (size_t k = 0; k < nb; ++k)
-        if (op_stages[static_cast<size_t>(p)][k]) r_index_[static_cast<size_t>(p) * nb + k] = num_vars_++;
+        if (r_stages[static_cast<size_t>(p)][k]) {
+          r_index_[static_cast<size_t>(p) * nb + k] = num_vars_++;
+          recomputed_op_[static_cast<size_t>(p)] = true;
+        }
     if (static_cast<size_t>(num_vars_) > ctx_.options.checkmate_max_variables)
       return Status::Unsupported(fmt::format("graph too large for checkmate ({} ops: {} MILP variables > limit {})",
                                              g_.ops.size(), num_vars_, ctx_.options.checkmate_max_variables));
     return Status::Ok();
   }
 
-  // S[j, v] is constant between two stages that need v (keeping v in between only costs memory
-  // unless it is kept until the next need), so one variable per gap: G_k for the stages
-  // (u_k, u_k+1] after the k-th need stage u_k, G_0 from the first backward stage to u_1.
+  // S[j, v] is constant between breakpoints u_1 < u_2 < ...: G_k stands for the stages
+  // (u_k, u_k+1], G_0 for the first backward stage up to u_1.
   int s_var(TensorId v, OpId j) const {
     if (s_base_[idx(v)] < 0 || j < nf() || j > horizon_[idx(v)]) return -1;
     const std::vector<OpId>& u = need_[idx(v)];
@@ -288,6 +337,8 @@ class Checkmate {
   }
 
   // fixed(s): the keep plan's blocks that hold no candidate tensor (persistent region included).
+  // A data input that a recomputable op reads stays until the end: a recompute may read it
+  // after its last use in the keep plan, which extends its life.
   Status compute_fixed_bytes() {
     Result<Program> keep = lower_schedule(g_, Schedule{}, f_.program_options);
     if (!keep.ok()) return Status::Internal(keep.status().message());
@@ -297,7 +348,12 @@ class Checkmate {
       bool candidate = !b.tensors.empty();
       for (TensorId t : b.tensors) candidate = candidate && in_v(t);
       if (candidate) continue;
-      for (OpId s = b.first_step; s <= b.last_step; ++s) fixed_[static_cast<size_t>(s)] += align_up(b.bytes, f_.alignment);
+      OpId last = b.last_step;
+      for (TensorId t : b.tensors)
+        if (g_.tensor(t).role == TensorRole::kInput)
+          for (OpId c : f_.info(t).consumers)
+            if (c < nf() && recomputed_op_[static_cast<size_t>(c)]) last = static_cast<OpId>(g_.ops.size()) - 1;
+      for (OpId s = b.first_step; s <= last; ++s) fixed_[static_cast<size_t>(s)] += align_up(b.bytes, f_.alignment);
     }
     return Status::Ok();
   }
@@ -310,6 +366,12 @@ class Checkmate {
       for (OpId j = nf(); j < static_cast<OpId>(g_.ops.size()); ++j)
         if (int r = r_var(p, j); r >= 0)
           m.obj[static_cast<size_t>(r)] = f_.op_us[static_cast<size_t>(p)] + kRecomputeEpsilonUs;
+    // Among plans of equal time, hold less: a tiny cost per kept interval, by size.
+    for (const Tensor& t : g_.tensors)
+      for (OpId j = nf(); j <= horizon_[idx(t.id)]; ++j)
+        if (int v = s_var(t.id, j); v >= 0)
+          m.obj[static_cast<size_t>(v)] = kKeepEpsilonUs * static_cast<double>(f_.aligned_bytes(t.id)) /
+                                          static_cast<double>(budget);
     // A row over the variables that exist (an absent variable is a constant 0).
     auto row = [&](std::vector<int> cols, std::vector<double> coefs, char sense, double rhs) {
       Milp::Row r{{}, {}, sense, rhs};
@@ -383,12 +445,13 @@ class Checkmate {
     return m;
   }
 
-  double epsilon_total(const std::vector<double>& x) const {
-    double n = 0;
+  // Op time the solution recomputes.
+  double recompute_us(const std::vector<double>& x) const {
+    double us = 0;
     for (OpId p = 0; p < nf(); ++p)
       for (OpId j = nf(); j < static_cast<OpId>(g_.ops.size()); ++j)
-        if (int r = r_var(p, j); r >= 0 && x[static_cast<size_t>(r)] > 0.5) n += kRecomputeEpsilonUs;
-    return n;
+        if (int r = r_var(p, j); r >= 0 && x[static_cast<size_t>(r)] > 0.5) us += f_.op_us[static_cast<size_t>(p)];
+    return us;
   }
 
   Schedule to_schedule(const std::vector<double>& x) const {
@@ -419,9 +482,10 @@ class Checkmate {
   const PlanFacts& f_;
   const Graph& g_;
   std::vector<OpId> horizon_;     // per tensor: last stage that may need it (kNoOp: none)
-  std::vector<std::vector<OpId>> need_;  // per tensor: the stages that may need it, ascending
+  std::vector<std::vector<OpId>> need_;  // per tensor: its breakpoints, ascending
   std::vector<int> s_base_;       // per tensor: variable of S[nf, v] (S[j, v] follows), or -1
   std::vector<int> r_index_;      // per (forward op, backward stage): variable of R, or -1
+  std::vector<bool> recomputed_op_;  // per forward op: has an R variable
   int num_vars_ = 0;
   size_t rows_ = 0;
   std::vector<uint64_t> fixed_;   // per step: bytes the program does not decide

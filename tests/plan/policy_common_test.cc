@@ -1,0 +1,169 @@
+// The machinery the policies share: completion of an intent into a legal schedule, the byte
+// count per step against the placement it stands for, and the light timing estimate.
+#include "plan/policy_common.h"
+
+#include <gtest/gtest.h>
+
+#include "analysis/sharing_plan.h"
+#include "graph/zoo/zoo.h"
+#include "plan/policy_test_util.h"
+
+namespace ferry {
+namespace {
+
+using policy_test::actions_of;
+using policy_test::Chain;
+using policy_test::Placed;
+using policy_test::round_cost;
+
+struct Fixture {
+  Chain c{{1024, 2048, 4096, 2048}, {0, 10, 20, 10}};
+  CostModel cost = round_cost();
+  PlanContext ctx{.graph = c.g(), .cost = cost};
+  PlanFacts facts;
+  Fixture() {
+    Result<PlanFacts> f = make_plan_facts(ctx);
+    EXPECT_TRUE(f.ok()) << f.status().message();
+    if (f.ok()) facts = std::move(f).value();
+  }
+  Schedule intent() const { return empty_schedule(ctx, "test"); }
+  Schedule complete(Schedule s) const {
+    Result<Schedule> r = complete_schedule(facts, std::move(s));
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    if (!r.ok()) return {};
+    Result<Program> p = lower_schedule(c.g(), *r, facts.program_options);
+    EXPECT_TRUE(p.ok()) << p.status().message();
+    return std::move(r).value();
+  }
+};
+
+TEST(PolicyCommonTest, FactsDescribeTheChain) {
+  Fixture f;
+  EXPECT_EQ(f.facts.num_forward, 4);  // f1..f3 and the loss op
+  EXPECT_TRUE(f.facts.saved(f.c.a[1]));
+  EXPECT_TRUE(f.facts.saved(f.c.x));
+  EXPECT_FALSE(f.facts.saved(f.c.loss));
+  EXPECT_TRUE(f.facts.recomputable(f.c.a[2]));
+  EXPECT_FALSE(f.facts.recomputable(f.c.x));
+  EXPECT_FALSE(f.facts.recomputable(f.c.loss));
+  EXPECT_EQ(f.facts.forward_end(f.c.a[1]), f.c.forward[2]);
+}
+
+TEST(PolicyCommonTest, AReleaseWithoutCopyIsRecomputedRightBeforeItsReader) {
+  Fixture f;
+  Schedule s = f.intent();
+  add_after(s, f.c.forward[3], release_action(f.c.a[2]));
+  const Schedule done = f.complete(s);
+  const std::vector<Placed> rec = actions_of(done, ActionKind::kRecompute, f.c.a[2]);
+  ASSERT_EQ(rec.size(), 1u);
+  EXPECT_EQ(rec[0].step, f.c.backward[3]);
+  EXPECT_TRUE(rec[0].before);
+}
+
+TEST(PolicyCommonTest, ARecomputeChainBringsBackDroppedInputsFirst) {
+  Fixture f;
+  Schedule s = f.intent();
+  add_after(s, f.c.forward[2], release_action(f.c.a[1]));
+  add_after(s, f.c.forward[3], release_action(f.c.a[2]));
+  add_before(s, f.c.backward[3], recompute_action(f.c.a[2]));  // needs a1, which is off the device
+  const Schedule done = f.complete(s);
+  const std::vector<Action>& list = done.before[static_cast<size_t>(f.c.backward[3])];
+  ASSERT_EQ(list.size(), 2u);
+  EXPECT_EQ(list[0], recompute_action(f.c.a[1]));
+  EXPECT_EQ(list[1], recompute_action(f.c.a[2]));
+  // a1 stays after its recompute until b2 reads it: no second recompute.
+  EXPECT_EQ(actions_of(done, ActionKind::kRecompute, f.c.a[1]).size(), 1u);
+}
+
+TEST(PolicyCommonTest, ASwappedTensorIsFetchedFromItsCopyOnAccess) {
+  Fixture f;
+  Schedule s = f.intent();
+  add_after(s, f.c.forward[1], swap_out_action(f.c.a[1], Tier::kSsd));
+  add_after(s, f.c.forward[2], release_action(f.c.a[1]));
+  const Schedule done = f.complete(s);
+  const std::vector<Placed> in = actions_of(done, ActionKind::kSwapIn, f.c.a[1]);
+  ASSERT_EQ(in.size(), 1u);
+  EXPECT_EQ(in[0].step, f.c.backward[2]);
+  EXPECT_EQ(in[0].action.tier, Tier::kSsd);
+  EXPECT_TRUE(actions_of(done, ActionKind::kRecompute, f.c.a[1]).empty());
+}
+
+TEST(PolicyCommonTest, RedundantAndDeadActionsAreDropped) {
+  Fixture f;
+  Schedule s = f.intent();
+  // A prefetch of a tensor that is on the device, a second swap-out to the same tier, and a
+  // release after the tensor's last use (a3's last reader is loss_bwd).
+  add_before(s, f.c.forward[2], swap_in_action(f.c.a[1], Tier::kHost));
+  add_after(s, f.c.forward[1], swap_out_action(f.c.a[1], Tier::kHost));
+  add_after(s, f.c.forward[2], swap_out_action(f.c.a[1], Tier::kHost));
+  add_after(s, f.c.backward[3], release_action(f.c.a[3]));
+  const Schedule done = f.complete(s);
+  EXPECT_TRUE(actions_of(done, ActionKind::kSwapIn, f.c.a[1]).empty());
+  EXPECT_EQ(actions_of(done, ActionKind::kSwapOut, f.c.a[1]).size(), 1u);
+  EXPECT_TRUE(actions_of(done, ActionKind::kRelease, f.c.a[3]).empty());
+}
+
+TEST(PolicyCommonTest, ContradictoryIntentIsAnInternalError) {
+  Fixture f;
+  Schedule s = f.intent();
+  add_after(s, f.c.forward[1], release_action(f.c.x));  // a data input without a copy
+  Result<Schedule> r = complete_schedule(f.facts, s);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kInternal);
+  EXPECT_TRUE(plan_test::contains(r.status().message(), "cannot be recomputed"));
+}
+
+TEST(PolicyCommonTest, LiveBytesPerStepBoundTheArenaAsPlacementCountsThem) {
+  ModelConfig config;
+  config.batch = 2;
+  for (const char* model : {"resnet-mini", "gpt2-mini"}) {
+    Result<Graph> g = build_model(model, config);
+    ASSERT_TRUE(g.ok());
+    const CostModel cost = round_cost();
+    PlanContext ctx{.graph = *g, .cost = cost};
+    Result<PlanFacts> facts = make_plan_facts(ctx);
+    ASSERT_TRUE(facts.ok());
+    for (const char* policy : {"none", "vdnn-all", "checkpoint-sqrt"}) {
+      Result<PlanReport> r = plan_policy(policy, ctx);
+      ASSERT_TRUE(r.ok()) << r.status().message();
+      Result<Program> p = lower_schedule(*g, r->schedule, facts->program_options);
+      ASSERT_TRUE(p.ok());
+      Result<ProgramPlacement> pl = place_program(*g, *p, ctx.alignment);
+      ASSERT_TRUE(pl.ok());
+      const std::vector<uint64_t> live = live_bytes_per_step(*facts, *p);
+      const uint64_t peak = *std::max_element(live.begin(), live.end());
+      EXPECT_EQ(peak, pl->persistent_region_bytes + aligned_live_lower_bound(pl->blocks, ctx.alignment))
+          << model << " " << policy;
+      EXPECT_LE(peak, pl->arena_bytes);
+    }
+  }
+}
+
+TEST(PolicyCommonTest, TimingEstimateChargesALateSwapInAsAStall) {
+  Fixture f;
+  Schedule s = f.intent();
+  // a2 (4096 bytes: 10 + 4.096 us each way) is swapped in right before b3 reads it: b3 waits
+  // for the whole copy. Issued one step earlier, before loss_bwd (1 us), the wait is 1 us less.
+  add_after(s, f.c.forward[2], swap_out_action(f.c.a[2], Tier::kHost));
+  add_after(s, f.c.forward[3], release_action(f.c.a[2]));
+  add_before(s, f.c.backward[3], swap_in_action(f.c.a[2], Tier::kHost));
+  Result<Program> late = lower_schedule(f.c.g(), f.complete(s), f.facts.program_options);
+  ASSERT_TRUE(late.ok());
+  const TimingEstimate e_late = estimate_timing(f.facts, *late, f.cost);
+  const double copy_us = swap_in_us(f.cost, Tier::kHost, 4096);
+  EXPECT_NEAR(copy_us, 10 + 4096 / 1000.0, 1e-9);
+  EXPECT_NEAR(e_late.swap_in_wait_us[static_cast<size_t>(f.c.a[2])], copy_us, 1e-9);
+
+  Schedule early = f.intent();
+  add_after(early, f.c.forward[2], swap_out_action(f.c.a[2], Tier::kHost));
+  add_after(early, f.c.forward[3], release_action(f.c.a[2]));
+  add_before(early, f.c.backward[3] - 1, swap_in_action(f.c.a[2], Tier::kHost));  // before loss_bwd (1 us)
+  Result<Program> p = lower_schedule(f.c.g(), f.complete(early), f.facts.program_options);
+  ASSERT_TRUE(p.ok());
+  const TimingEstimate e = estimate_timing(f.facts, *p, f.cost);
+  EXPECT_NEAR(e.swap_in_wait_us[static_cast<size_t>(f.c.a[2])], copy_us - 1.0, 1e-9);
+  EXPECT_NEAR(e_late.iteration_us - e.iteration_us, 1.0, 1e-9);
+}
+
+}  // namespace
+}  // namespace ferry

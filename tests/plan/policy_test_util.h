@@ -1,0 +1,123 @@
+// Helpers shared by the policy tests: a training chain written by hand (layer inputs saved for
+// backward, as a real MLP or CNN does), a cost model with round numbers, and queries over a
+// Schedule's actions.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "cost/cost_model.h"
+#include "cost/test_profile.h"
+#include "graph/graph.h"
+#include "plan/hand_graph.h"
+#include "plan/placement.h"
+#include "plan/policies.h"
+#include "plan/program.h"
+#include "plan/schedule.h"
+
+namespace ferry::policy_test {
+
+// A chain of n layers: a_0 = x (data input), f_i: a_{i-1} -> a_i (forward step i-1), a loss op
+// on a_n, then backward: loss_bwd reads a_n, b_i reads the gradient and the layer input a_{i-1}
+// (as conv/linear backward-weights does), the last one producing the weight gradient, and one
+// update. Steps: f_1..f_n = 0..n-1, loss = n, loss_bwd = n+1, b_i = 2n+2-i, update = 2n+2.
+struct Chain {
+  plan_test::HandGraph h{"chain"};
+  int n = 0;
+  TensorId x = kNoTensor, w = kNoTensor, loss = kNoTensor;
+  std::vector<TensorId> a;  // a[0] = x, a[i] = output of f_i
+  std::vector<OpId> forward, backward;  // forward[i] = step of f_i, backward[i] = step of b_i (1-based)
+
+  // bytes[i] = size of a_i (bytes[0] = x); op_us[i] = time of f_i (index 0 unused).
+  Chain(const std::vector<uint64_t>& bytes, const std::vector<double>& op_us) {
+    n = static_cast<int>(bytes.size()) - 1;
+    w = h.weight("w", 256);
+    x = h.input("x", bytes[0]);
+    a.push_back(x);
+    for (int i = 1; i <= n; ++i) a.push_back(h.tensor(fmt::format("a{}", i), bytes[static_cast<size_t>(i)]));
+    loss = h.tensor("loss", 64);
+    std::vector<TensorId> d(static_cast<size_t>(n) + 1);
+    for (int i = 1; i <= n; ++i) d[static_cast<size_t>(i)] = h.tensor(fmt::format("d{}", i), bytes[static_cast<size_t>(i)], TensorRole::kGradient);
+    const TensorId dw = h.tensor("dw", 256, TensorRole::kWeightGradient);
+    forward.assign(static_cast<size_t>(n) + 1, kNoOp);
+    backward.assign(static_cast<size_t>(n) + 1, kNoOp);
+    for (int i = 1; i <= n; ++i) {
+      std::vector<TensorId> in{a[static_cast<size_t>(i - 1)]};
+      if (i == 1) in.push_back(w);
+      forward[static_cast<size_t>(i)] = h.op(fmt::format("f{}", i), in, {a[static_cast<size_t>(i)]}, op_us[static_cast<size_t>(i)]);
+    }
+    h.op("loss_op", {a[static_cast<size_t>(n)]}, {loss}, 1.0);
+    h.op("loss_bwd", {a[static_cast<size_t>(n)]}, {d[static_cast<size_t>(n)]}, 1.0, Phase::kBackward);
+    for (int i = n; i >= 1; --i) {
+      const TensorId out = i > 1 ? d[static_cast<size_t>(i - 1)] : dw;
+      backward[static_cast<size_t>(i)] = h.op(fmt::format("b{}", i), {d[static_cast<size_t>(i)], a[static_cast<size_t>(i - 1)]},
+                                              {out}, op_us[static_cast<size_t>(i)], Phase::kBackward);
+    }
+    h.op("update", {w, dw}, {w}, 1.0, Phase::kUpdate);
+    h.set_loss(loss);
+  }
+  const Graph& g() const { return h.graph(); }
+  Graph& mutable_graph() { return h.graph(); }
+};
+
+inline CostModel round_cost() { return CostModel(cost_test::round_profile()); }
+
+// Every action of `s` with where it sits.
+struct Placed {
+  Action action;
+  OpId step;
+  bool before;  // in before[step] (else after[step])
+};
+inline std::vector<Placed> actions_of(const Schedule& s) {
+  std::vector<Placed> out;
+  for (size_t i = 0; i < s.before.size(); ++i)
+    for (const Action& a : s.before[i]) out.push_back({a, static_cast<OpId>(i), true});
+  for (size_t i = 0; i < s.after.size(); ++i)
+    for (const Action& a : s.after[i]) out.push_back({a, static_cast<OpId>(i), false});
+  return out;
+}
+inline std::vector<Placed> actions_of(const Schedule& s, ActionKind kind, TensorId t) {
+  std::vector<Placed> out;
+  for (const Placed& p : actions_of(s))
+    if (p.action.kind == kind && p.action.tensor == t) out.push_back(p);
+  return out;
+}
+// The tensors named by actions of `kind`, sorted and unique.
+inline std::vector<TensorId> tensors_with(const Schedule& s, ActionKind kind) {
+  std::vector<TensorId> out;
+  for (const Placed& p : actions_of(s))
+    if (p.action.kind == kind) out.push_back(p.action.tensor);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+// Lowers and places `s` independently of the planner: the schedule must be legal, and the
+// device bytes the planner reported must be what placement computes.
+inline ::testing::AssertionResult legal_and_measured(const Graph& g, const PlanReport& r,
+                                                      const std::vector<uint64_t>& scratch = {}) {
+  ProgramOptions o;
+  o.op_scratch_bytes = scratch;
+  Result<Program> p = lower_schedule(g, r.schedule, o);
+  if (!p.ok()) return ::testing::AssertionFailure() << "lower_schedule: " << p.status().message();
+  Result<ProgramPlacement> pl = place_program(g, *p, 64);
+  if (!pl.ok()) return ::testing::AssertionFailure() << "place_program: " << pl.status().message();
+  if (pl->arena_bytes != r.device_bytes)
+    return ::testing::AssertionFailure() << "placement needs " << pl->arena_bytes << " bytes, the planner said "
+                                         << r.device_bytes;
+  return ::testing::AssertionSuccess();
+}
+
+inline PlanReport must_plan(std::string_view policy, const PlanContext& ctx) {
+  Result<PlanReport> r = plan_policy(policy, ctx);
+  EXPECT_TRUE(r.ok()) << policy << ": " << r.status().message();
+  return r.ok() ? std::move(r).value() : PlanReport{};
+}
+
+}  // namespace ferry::policy_test
