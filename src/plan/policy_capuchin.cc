@@ -64,10 +64,10 @@ class Capuchin {
           a.notes = summary();
           return a;
         }
-        // Fragmentation: lower the target by the excess and go on choosing.
-        const uint64_t excess = a.measure.device_bytes - ctx_.budget_bytes;
-        if (excess >= target) return a;
-        target -= std::max(excess, f_.alignment);
+        // Fragmentation: the live bytes must come down by the excess; go on choosing.
+        const uint64_t excess = std::max(a.measure.device_bytes - ctx_.budget_bytes, f_.alignment);
+        if (excess >= m.live_peak_bytes) return a;
+        target = std::min(target, m.live_peak_bytes - excess);
         continue;
       }
       const TensorId t = pick(m.peak_step);
@@ -166,21 +166,29 @@ class Capuchin {
     return us;
   }
 
-  // Moves the largest swap-in whose tensor is back on the device at the peak to the step after
-  // it, if that lowers the peak; updates m.
+  // When no candidate frees the peak: swap-ins that land at or before a step at the peak start
+  // later instead, right after the last such step in their window (the largest tensor first;
+  // Capuchin trades prefetch earliness for memory the same way). Kept if the peak, or else the
+  // number of steps at the peak, goes down; updates m.
   Result<bool> delay_prefetch(PlanMeasure& m) {
-    const OpId peak = m.peak_step;
+    auto at_peak = [](const PlanMeasure& x) {
+      return std::count(x.live_bytes.begin(), x.live_bytes.end(), x.live_peak_bytes);
+    };
     std::vector<TensorId> movable;
     for (const Tensor& t : g_.tensors)
-      if (choice_[idx(t.id)] == Choice::kSwap && swap_in_at_[idx(t.id)] <= peak && peak < back_access(t.id))
-        movable.push_back(t.id);
+      if (choice_[idx(t.id)] == Choice::kSwap) movable.push_back(t.id);
     std::stable_sort(movable.begin(), movable.end(),
                      [&](TensorId a, TensorId b) { return g_.tensor(a).bytes > g_.tensor(b).bytes; });
     for (TensorId t : movable) {
       const OpId was = swap_in_at_[idx(t)];
-      swap_in_at_[idx(t)] = peak + 1;
+      OpId last_peak = kNoOp;
+      for (OpId j = was; j < back_access(t); ++j)
+        if (m.live_bytes[static_cast<size_t>(j)] >= m.live_peak_bytes) last_peak = j;
+      if (last_peak == kNoOp) continue;
+      swap_in_at_[idx(t)] = last_peak + 1;
       FERRY_ASSIGN_OR_RETURN(PlanMeasure after, live_measure());
-      if (after.live_peak_bytes < m.live_peak_bytes || (after.live_peak_bytes == m.live_peak_bytes && after.peak_step > peak)) {
+      if (after.live_peak_bytes < m.live_peak_bytes ||
+          (after.live_peak_bytes == m.live_peak_bytes && at_peak(after) < at_peak(m))) {
         m = std::move(after);
         return true;
       }
@@ -254,7 +262,8 @@ class Capuchin {
     close_recompute_sources(f_, dropped);
     // Releases after the swap-outs of the same step, so that copies issued there overlap.
     for (const Tensor& t : g_.tensors)
-      if (dropped[idx(t.id)] || choice_[idx(t.id)] == Choice::kSwap) add_after(s, f_.forward_end(t.id), release_action(t.id));
+      if (dropped[idx(t.id)] || choice_[idx(t.id)] == Choice::kSwap)
+        add_after(s, f_.forward_end(t.id), release_action(t.id));
     return s;
   }
 

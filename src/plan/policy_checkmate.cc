@@ -248,10 +248,10 @@ class Checkmate {
   // recomputed. J(p) = the union of need(w) over p's outputs: op p is recomputed only in those
   // stages, just in time. (Also allowing the few stages before each, so that a long chain can be
   // recomputed over several stages, did not lower the smallest feasible budget on the test
-  // models and made CBC 3-5x slower.) S[j, v] exists from the first backward stage to the last stage in need(v); it can only
-  // change at a breakpoint (a stage that reads v or may recompute its producer), so one variable
-  // per interval between breakpoints stands for all of its stages.
-  // Tensors are visited by producer, last first, since consumers' outputs come later.
+  // models and made CBC 3-5x slower.) S[j, v] exists from the first backward stage to the last stage in need(v); it can
+  // only change at a breakpoint (a stage that reads v or may recompute its producer), so one variable per interval
+  // between breakpoints stands for all of its stages. Tensors are visited by producer, last first, since consumers'
+  // outputs come later.
   Status index_variables() {
     const size_t nt = g_.tensors.size();
     const size_t nb = g_.ops.size() - static_cast<size_t>(nf());

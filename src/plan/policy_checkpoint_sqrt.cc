@@ -90,7 +90,9 @@ Result<PlanAttempt> plan_checkpoint_sqrt(const PlanContext& ctx, const PlanFacts
   std::vector<bool> dropped(g.tensors.size(), false);
   std::vector<uint64_t> largest_output(g.ops.size(), 0);
   for (const Op& op : g.ops)
-    for (TensorId t : op.outputs) largest_output[static_cast<size_t>(op.id)] = std::max(largest_output[static_cast<size_t>(op.id)], g.tensor(t).bytes);
+    for (TensorId t : op.outputs)
+      largest_output[static_cast<size_t>(op.id)] =
+          std::max(largest_output[static_cast<size_t>(op.id)], g.tensor(t).bytes);
   for (const Tensor& t : g.tensors) {
     const size_t v = static_cast<size_t>(t.id);
     if (!facts.saved(t.id) || !facts.recomputable(t.id) || checkpoint[v]) continue;

@@ -71,7 +71,8 @@ class Completion {
 
   Status apply(OpId step, const Action& a, std::vector<Action>& list) {
     if (a.tensor < 0 || idx(a.tensor) >= g_.tensors.size())
-      return Status::Internal(fmt::format("policy '{}' at step {}: tensor id {} out of range", in_.policy, step, a.tensor));
+      return Status::Internal(
+          fmt::format("policy '{}' at step {}: tensor id {} out of range", in_.policy, step, a.tensor));
     const size_t t = idx(a.tensor);
     if (!born_[t]) return bug(step, a, "it does not exist yet");
     switch (a.kind) {

@@ -75,9 +75,10 @@ struct PlanMeasure {
 Result<PlanMeasure> measure_schedule(const PlanFacts& facts, const Schedule& s, bool place = true);
 
 // Makes a policy's intent legal (see the design note); an on-demand fetch swaps in from the
-// tier holding the copy (host first), or recomputes when there is none. Errors: Internal when the intent contradicts itself (a swap-in with no copy anywhere, a
-// release of a tensor that is not on the device, a recompute of a tensor that cannot be
-// recomputed).
+// tier holding the copy (host first), or recomputes when there is none. Errors: Internal when
+// the intent contradicts itself (a swap-in with no copy anywhere, an action on a tensor that
+// does not exist yet, a release of the loss or a persistent tensor, a release without a copy of
+// a tensor that cannot be recomputed).
 Result<Schedule> complete_schedule(const PlanFacts& facts, Schedule intent);
 
 // Forward-only producer inputs that a recompute of `dropped` tensors would read after their

@@ -39,7 +39,8 @@ Schedule walk(const PlanContext& ctx, const PlanFacts& facts, uint64_t target, b
   uint64_t resident_bytes = 0;
   auto scratch = [&](OpId i) {
     const auto& v = facts.program_options.op_scratch_bytes;
-    return v.empty() || v[static_cast<size_t>(i)] == 0 ? uint64_t{0} : align_up(v[static_cast<size_t>(i)], facts.alignment);
+    return v.empty() || v[static_cast<size_t>(i)] == 0 ? uint64_t{0}
+                                                       : align_up(v[static_cast<size_t>(i)], facts.alignment);
   };
   auto transient = [&](TensorId t) { return !g.tensor(t).persistent(); };
   for (const Tensor& t : g.tensors)

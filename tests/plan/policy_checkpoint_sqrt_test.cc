@@ -17,7 +17,8 @@ using policy_test::round_cost;
 using policy_test::tensors_with;
 
 Chain uniform_chain(int n) {
-  return Chain(std::vector<uint64_t>(static_cast<size_t>(n) + 1, 4096), std::vector<double>(static_cast<size_t>(n) + 1, 10.0));
+  return Chain(std::vector<uint64_t>(static_cast<size_t>(n) + 1, 4096),
+               std::vector<double>(static_cast<size_t>(n) + 1, 10.0));
 }
 
 // In a chain every a_i is an articulation point (the only tensor alive across the cut after

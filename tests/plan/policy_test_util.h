@@ -43,7 +43,8 @@ struct Chain {
     for (int i = 1; i <= n; ++i) a.push_back(h.tensor(fmt::format("a{}", i), bytes[static_cast<size_t>(i)]));
     loss = h.tensor("loss", 64);
     std::vector<TensorId> d(static_cast<size_t>(n) + 1);
-    for (int i = 1; i <= n; ++i) d[static_cast<size_t>(i)] = h.tensor(fmt::format("d{}", i), bytes[static_cast<size_t>(i)], TensorRole::kGradient);
+    for (int i = 1; i <= n; ++i)
+      d[static_cast<size_t>(i)] = h.tensor(fmt::format("d{}", i), bytes[static_cast<size_t>(i)], TensorRole::kGradient);
     const TensorId dw = h.tensor("dw", 256, TensorRole::kWeightGradient);
     forward.assign(static_cast<size_t>(n) + 1, kNoOp);
     backward.assign(static_cast<size_t>(n) + 1, kNoOp);
