@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs Ferry's build and test dependencies from Debian's packages (skips what is present).
 set -euo pipefail
-packages=(build-essential cmake g++ pkg-config libdnnl-dev nlohmann-json3-dev libcli11-dev libfmt-dev
+# ocl-icd-opencl-dev is only a Recommends of libdnnl-dev, but Debian's dnnl-config.cmake (built with
+# the OpenCL GPU runtime) calls find_package(OpenCL REQUIRED), so configuring fails without it.
+packages=(build-essential cmake g++ pkg-config libdnnl-dev ocl-icd-opencl-dev nlohmann-json3-dev libcli11-dev libfmt-dev
           googletest libgtest-dev libbenchmark-dev coinor-libcbc-dev libzstd-dev liblz4-dev liburing-dev)
 missing=()
 for p in "${packages[@]}"; do
