@@ -31,16 +31,12 @@ namespace {
 // A transient tensor is materialized when it exists at some step: a data input, or produced by an op.
 bool materialized(const Tensor& t, const TensorInfo& info) { return !t.persistent() && info.first_use != kNoOp; }
 
-// The in-place rule of analysis.h: `op` may write its first output into its first input's buffer
-// when that input is transient, not a data input, has the same byte size, and dies at this op.
+// The in-place rule of analysis.h: Graph::may_write_in_place, and the input dies at this op.
 bool can_write_in_place(const Graph& g, const Op& op, const std::vector<TensorInfo>& info,
                         const std::vector<int32_t>& buffer_of) {
-  if (!op.inplace_capable || op.inputs.empty() || op.outputs.empty()) return false;
-  const Tensor& in = g.tensor(op.inputs[0]);
-  const Tensor& out = g.tensor(op.outputs[0]);
-  if (in.persistent() || out.persistent() || in.role == TensorRole::kInput) return false;
-  if (in.bytes != out.bytes) return false;
-  return buffer_of[static_cast<size_t>(in.id)] >= 0 && info[static_cast<size_t>(in.id)].last_use == op.id;
+  if (!g.may_write_in_place(op)) return false;
+  const TensorId in = op.inputs[0];
+  return buffer_of[static_cast<size_t>(in)] >= 0 && info[static_cast<size_t>(in)].last_use == op.id;
 }
 
 // Running sum of a difference array: out[s] = delta[0] + ... + delta[s] for s < out.size().

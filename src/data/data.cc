@@ -6,18 +6,14 @@
 
 #include <fmt/format.h>
 
+#include "common/hash.h"
+
 namespace ferry {
 
 namespace {
 
-uint64_t splitmix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 uint64_t hash(uint64_t a, uint64_t b, uint64_t c = 0, uint64_t d = 0) {
-  return splitmix(splitmix(splitmix(splitmix(a) ^ b) ^ c) ^ d);
+  return splitmix64(splitmix64(splitmix64(splitmix64(a) ^ b) ^ c) ^ d);
 }
 float uniform(uint64_t h) { return static_cast<float>(h >> 40) * (1.0f / 16777216.0f); }  // [0,1)
 

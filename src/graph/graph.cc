@@ -114,6 +114,14 @@ Status Graph::validate() const {
   return Status::Ok();
 }
 
+bool Graph::may_write_in_place(const Op& op) const {
+  if (!op.inplace_capable || op.inputs.empty() || op.outputs.empty()) return false;
+  const Tensor& in = tensor(op.inputs[0]);
+  const Tensor& out = tensor(op.outputs[0]);
+  if (in.persistent() || out.persistent() || in.role == TensorRole::kInput || in.id == out.id) return false;
+  return in.bytes == out.bytes;
+}
+
 uint64_t Graph::param_count() const {
   uint64_t n = 0;
   for (const Tensor& t : tensors)

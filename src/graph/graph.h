@@ -186,6 +186,11 @@ struct Graph {
   const Tensor& tensor(TensorId id) const { return tensors[static_cast<size_t>(id)]; }
   const Op& op(OpId id) const { return ops[static_cast<size_t>(id)]; }
 
+  // The structural half of the in-place rule: `op` is inplace_capable and its first input and
+  // first output are distinct transient tensors of equal byte size, the input not a data input.
+  // The other half, that the input dies at this op, depends on the schedule and is the caller's.
+  bool may_write_in_place(const Op& op) const;
+
   // Structural validation: ids in range, each transient tensor produced exactly once and before
   // its first use, inputs exist at the start, persistent tensors never produced by forward or
   // backward ops, no op reads its own output. Errors name the op and tensor at fault.

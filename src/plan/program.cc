@@ -198,11 +198,8 @@ class Lowering {
   }
 
   bool in_place(const Op& op) const {
-    if (!o_.allow_inplace || !op.inplace_capable || op.inputs.empty() || op.outputs.empty()) return false;
-    const Tensor& in = g_.tensor(op.inputs[0]);
-    const Tensor& out = g_.tensor(op.outputs[0]);
-    if (in.persistent() || out.persistent() || in.role == TensorRole::kInput || in.id == out.id) return false;
-    return in.bytes == out.bytes && death_[static_cast<size_t>(in.id)] == pos(op.id, kOp);
+    if (!o_.allow_inplace || !g_.may_write_in_place(op)) return false;
+    return death_[static_cast<size_t>(op.inputs[0])] == pos(op.id, kOp);
   }
 
   Status emit_op(const Op& op) {

@@ -7,18 +7,12 @@
 
 #include <fmt/format.h>
 
+#include "common/hash.h"
 #include "common/units.h"
 
 namespace ferry {
 
 namespace {
-
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 // How a weight is initialised, read off the op that consumes it.
 enum class Init { kHeUniform, kSmallUniform, kFanInUniform, kOnes, kZeros };
@@ -181,7 +175,7 @@ Status Executor::initialize() {
       }
       if (bound > 0)
         for (size_t i = 0; i < host.size(); ++i) {
-          uint64_t h = mix(mix(options_.seed ^ (static_cast<uint64_t>(t.id) << 32)) ^ i);
+          uint64_t h = splitmix64(splitmix64(options_.seed ^ (static_cast<uint64_t>(t.id) << 32)) ^ i);
           float u = static_cast<float>(h >> 40) * (1.0f / 16777216.0f);
           host[i] = (2.0f * u - 1.0f) * bound;
         }

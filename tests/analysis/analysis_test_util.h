@@ -1,5 +1,5 @@
-// Helpers shared by the analysis tests: graphs written by hand (tensor and op vectors filled
-// directly, no GraphBuilder), and a brute-force plan checker to hold the real one against.
+// Helpers shared by the analysis tests: graphs written by hand (common/hand_graph.h) and a
+// brute-force plan checker to hold the real one against.
 #pragma once
 
 #include <cstdint>
@@ -10,52 +10,13 @@
 #include <gtest/gtest.h>
 
 #include "analysis/analysis.h"
+#include "common/hand_graph.h"
 #include "graph/graph.h"
 
 namespace ferry::analysis_test {
 
-// Appends tensors and ops to a Graph with consecutive ids.
-class HandGraph {
- public:
-  explicit HandGraph(std::string model = "hand") { g_.info.model = std::move(model); }
-
-  TensorId tensor(const std::string& name, uint64_t bytes, TensorRole role = TensorRole::kActivation) {
-    Tensor t;
-    t.id = static_cast<TensorId>(g_.tensors.size());
-    t.name = name;
-    t.role = role;
-    t.dtype = DType::kU8;
-    t.shape = {static_cast<int64_t>(bytes)};
-    t.bytes = bytes;
-    g_.tensors.push_back(std::move(t));
-    return g_.tensors.back().id;
-  }
-
-  OpId op(const std::string& name, Phase phase, std::vector<TensorId> inputs, std::vector<TensorId> outputs,
-          bool inplace = false) {
-    Op o;
-    o.id = static_cast<OpId>(g_.ops.size());
-    o.name = name;
-    o.phase = phase;
-    o.inputs = std::move(inputs);
-    o.outputs = std::move(outputs);
-    o.inplace_capable = inplace;
-    g_.ops.push_back(std::move(o));
-    return g_.ops.back().id;
-  }
-
-  void set_loss(TensorId t) { g_.loss = t; }
-  const Graph& graph() const { return g_; }
-
- private:
-  Graph g_;
-};
-
-// Passes when `text` contains `part`; on failure shows both.
-inline ::testing::AssertionResult contains(const std::string& text, const std::string& part) {
-  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << "'" << text << "' does not contain '" << part << "'";
-}
+using test::contains;
+using test::HandGraph;
 
 // All-pairs version of check_memory_plan's overlap test: true when no two buffers with
 // overlapping lifetimes share a byte. Quadratic; for small inputs only.
