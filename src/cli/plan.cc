@@ -83,14 +83,18 @@ int run_sweep(const PlanOptions& o, const Graph& g, const CostModel& cost, PlanC
   const uint64_t peak = ref->peak_device_bytes;
   const std::vector<double> fractions = {1.0, 0.9, 0.75, 0.6, 0.5, 0.4, 0.33, 0.25, 0.2, 0.15, 0.1};
   nlohmann::json rows = nlohmann::json::array();
-  std::printf("%s on %s: predicted iteration time (ms) / slowdown vs no limit (%.2f ms, peak %s)\n",
-              describe(g).c_str(), cost.profile().name.c_str(), ref->iteration_us / 1e3, format_bytes(peak).c_str());
-  std::printf("%-16s", "policy");
-  for (double f : fractions) std::printf(" %9.0f%%", f * 100);
-  std::printf("\n");
+  // --json: only the JSON rows on stdout, so that scripts can parse it; otherwise a table.
+  auto say = [&](auto... args) {
+    if (!o.json) std::printf(args...);
+  };
+  say("%s on %s: predicted iteration time (ms) / slowdown vs no limit (%.2f ms, peak %s)\n", describe(g).c_str(),
+      cost.profile().name.c_str(), ref->iteration_us / 1e3, format_bytes(peak).c_str());
+  say("%-16s", "policy");
+  for (double f : fractions) say(" %9.0f%%", f * 100);
+  say("\n");
   std::vector<std::vector<double>> table;
   for (const std::string& p : policies) {
-    std::printf("%-16s", p.c_str());
+    say("%-16s", p.c_str());
     std::vector<double> line;
     for (double f : fractions) {
       PlanContext ctx = base;
@@ -106,14 +110,14 @@ int run_sweep(const PlanOptions& o, const Graph& g, const CostModel& cost, PlanC
       line.push_back(ms);
       rows.push_back({{"policy", p}, {"budget_fraction", f}, {"budget_bytes", ctx.budget_bytes},
                       {"iteration_ms", ms < 0 ? nlohmann::json() : nlohmann::json(ms)}});
-      if (ms < 0) std::printf(" %10s", "-");
-      else std::printf(" %5.0f x%3.2f", ms, ms * 1e3 / ref->iteration_us);
-      std::fflush(stdout);
+      if (ms < 0) say(" %10s", "-");
+      else say(" %5.0f x%3.2f", ms, ms * 1e3 / ref->iteration_us);
+      if (!o.json) std::fflush(stdout);
     }
-    std::printf("\n");
+    say("\n");
     table.push_back(line);
   }
-  std::printf("(- = the policy cannot fit that budget)\n");
+  say("(- = the policy cannot fit that budget)\n");
   if (o.json) std::printf("%s\n", rows.dump(2).c_str());
   if (!o.plot.empty()) {
     // A small SVG line chart: slowdown vs budget fraction, one line per policy.
@@ -153,7 +157,7 @@ int run_sweep(const PlanOptions& o, const Graph& g, const CostModel& cost, PlanC
       return report(Status::IoError(fmt::format("cannot write '{}'", o.plot)));
     }
     std::fclose(f);
-    std::printf("plot written to %s\n", o.plot.c_str());
+    std::fprintf(o.json ? stderr : stdout, "plot written to %s\n", o.plot.c_str());
   }
   return 0;
 }
@@ -277,6 +281,9 @@ void register_plan(CLI::App& app, std::function<int()>& action) {
       ->capture_default_str();
   cmd->add_option("--checkmate-time-limit", o->policy_options.checkmate_time_limit_s,
                   "checkmate: CBC time limit per solve, seconds")
+      ->capture_default_str();
+  cmd->add_option("--checkmate-max-nodes", o->policy_options.checkmate_max_nodes,
+                  "checkmate: CBC branch-and-bound node limit per solve, 0 = none (unlike time, deterministic)")
       ->capture_default_str();
   cmd->add_flag("--json", o->json, "Print the prediction as JSON (feasible, iteration_ms, compute_ms, stall_ms, "
                                    "peak_bytes, bytes_d2h, bytes_h2d, ...)");

@@ -36,6 +36,7 @@ struct TrainCliOptions {
   std::string device = "cpu-local";
   std::string ssd_dir = "/tmp";
   bool checksum = false;
+  PolicyOptions policy_options;
 };
 
 void progress(int64_t done, int64_t total, double ms, float loss) {
@@ -84,7 +85,8 @@ int run_train(const TrainCliOptions& o) {
     Result<std::vector<uint64_t>> scratch = apply_backend_sizes(sized);
     if (!scratch.ok()) return report(scratch.status());
     CostModel cost(*hw);
-    PlanContext ctx{.graph = sized, .cost = cost, .budget_bytes = budget, .tier = *tier, .op_scratch_bytes = *scratch};
+    PlanContext ctx{.graph = sized, .cost = cost, .budget_bytes = budget, .tier = *tier, .op_scratch_bytes = *scratch,
+                    .options = o.policy_options};
     Result<PlanReport> plan = plan_policy(o.policy, ctx);
     if (!plan.ok()) return report(plan.status());
     schedule = plan->schedule;
@@ -177,6 +179,14 @@ void register_train(CLI::App& app, std::function<int()>& action) {
       ->capture_default_str();
   cmd->add_option("--ssd-dir", o->ssd_dir, "Directory for the SSD tier's temporary files")->capture_default_str();
   cmd->add_option("--device", o->device, "Hardware profile whose op and transfer times the policy plans with")
+      ->capture_default_str();
+  cmd->add_option("--swapin-ahead", o->policy_options.lms_swapin_ahead, "lms: swap in this many ops ahead")
+      ->capture_default_str();
+  cmd->add_option("--checkmate-time-limit", o->policy_options.checkmate_time_limit_s,
+                  "checkmate: CBC time limit per solve, seconds (a plan takes 1-6 solves)")
+      ->capture_default_str();
+  cmd->add_option("--checkmate-max-nodes", o->policy_options.checkmate_max_nodes,
+                  "checkmate: CBC branch-and-bound node limit per solve, 0 = none (unlike time, deterministic)")
       ->capture_default_str();
   cmd->add_flag("--checksum", o->checksum, "Verify every swapped byte when it comes back");
   cmd->add_flag("--json", o->json, "Print the results as JSON (for scripts)");

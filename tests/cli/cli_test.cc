@@ -198,3 +198,77 @@ TEST(Cli, PlanBadInputAndInfeasibleBudgets) {
 }
 
 }  // namespace
+
+namespace {
+
+std::vector<double> losses_of(const nlohmann::json& j) {
+  std::vector<double> v;
+  for (const auto& it : j["iterations"]) v.push_back(it["loss"].get<double>());
+  return v;
+}
+
+// `ferry train --policy` under a budget below the no-plan peak: same losses as the unlimited run,
+// measured peak within the budget and equal to the prediction, on both tiers.
+TEST(Cli, TrainWithAPolicyFitsTheBudgetAndKeepsTheLosses) {
+  const std::string model = "train --model resnet-mini --batch 4 --iters 2 --seed 3 --no-progress --json";
+  Output ref = ferry(model);
+  ASSERT_EQ(ref.code, 0) << ref.out;
+  const auto r = nlohmann::json::parse(ref.out);
+  const uint64_t peak = r["peak_device_bytes"].get<uint64_t>();
+  for (const char* tier : {"host", "ssd"}) {
+    const uint64_t budget = peak * 7 / 10;
+    Output o = ferry(model + " --policy vdnn-all --checksum --tier " + tier + " --budget " + std::to_string(budget));
+    ASSERT_EQ(o.code, 0) << o.out;
+    const auto j = nlohmann::json::parse(o.out);
+    EXPECT_EQ(losses_of(j), losses_of(r)) << tier;
+    EXPECT_LE(j["peak_device_bytes"].get<uint64_t>(), budget) << tier;
+    EXPECT_EQ(j["peak_device_bytes"], j["predicted_peak_bytes"]) << tier;
+  }
+}
+
+TEST(Cli, TrainPolicyBadInputIsExitCode2) {
+  const std::string base = "train --model resnet-mini --batch 2 --iters 1 --no-progress --budget 20MiB";
+  Output unknown = ferry(base + " --policy fifo");
+  EXPECT_EQ(unknown.code, 2) << unknown.out;
+  EXPECT_TRUE(has(unknown.out, "unknown policy 'fifo'")) << unknown.out;
+  Output ahead = ferry(base + " --policy lms --swapin-ahead 0");
+  EXPECT_EQ(ahead.code, 2) << ahead.out;
+  EXPECT_TRUE(has(ahead.out, "swapin_ahead")) << ahead.out;
+  Output limit = ferry(base + " --policy checkmate --checkmate-time-limit -1");
+  EXPECT_EQ(limit.code, 2) << limit.out;
+  EXPECT_TRUE(has(limit.out, "time limit")) << limit.out;
+  Output tier = ferry(base + " --policy vdnn-all --tier tape");
+  EXPECT_EQ(tier.code, 2) << tier.out;
+  Output no_budget = ferry("train --model resnet-mini --batch 2 --iters 1 --policy lru");
+  EXPECT_EQ(no_budget.code, 2) << no_budget.out;
+  EXPECT_TRUE(has(no_budget.out, "--budget")) << no_budget.out;
+}
+
+// --find-min-budget gives a budget at which the same policy plans (and one byte less does not
+// fit for a swap-free minimum); --sweep --json is one parseable JSON array.
+TEST(Cli, PlanFindMinBudgetAndSweepJson) {
+  const std::string model = "plan --model resnet-mini --batch 4 --device v100-16gb-pcie3 --policy lru";
+  Output m = ferry(model + " --find-min-budget --json");
+  ASSERT_EQ(m.code, 0) << m.out;
+  const uint64_t min = nlohmann::json::parse(m.out)["min_budget_bytes"].get<uint64_t>();
+  Output at = ferry(model + " --json --budget " + std::to_string(min));
+  EXPECT_EQ(at.code, 0) << at.out;
+  EXPECT_TRUE(nlohmann::json::parse(at.out)["feasible"].get<bool>());
+  Output below = ferry(model + " --json --budget " + std::to_string(min / 2));
+  EXPECT_EQ(below.code, 1) << below.out;
+  EXPECT_TRUE(has(below.out, std::to_string(min))) << "the refusal names the smallest budget: " << below.out;
+
+  Output sweep = ferry("plan --model resnet-mini --batch 4 --device v100-16gb-pcie3 --policy lru --sweep --json");
+  ASSERT_EQ(sweep.code, 0) << sweep.out;
+  const auto rows = nlohmann::json::parse(sweep.out);
+  ASSERT_TRUE(rows.is_array());
+  bool any_fit = false, any_refused = false;
+  for (const auto& row : rows) {
+    EXPECT_TRUE(row.contains("policy") && row.contains("budget_fraction") && row.contains("iteration_ms"));
+    (row["iteration_ms"].is_null() ? any_refused : any_fit) = true;
+  }
+  EXPECT_TRUE(any_fit);
+  EXPECT_TRUE(any_refused) << "10% of the peak cannot hold the weights";
+}
+
+}  // namespace
