@@ -8,7 +8,7 @@
 #     no-swap peak; per policy `--find-min-budget`, then `plan --budget FRACTION*peak`. The profile
 #     `local` is this machine measured now: `ferry profile` writes a trace with measured op times
 #     and a hardware profile with measured memcpy and disk rates, and `plan --trace` uses both
-#     (the shipped profiles/cpu-local.json holds placeholder guesses, not measurements);
+#     (the shipped profiles/cpu-local.json is the development VM measured once, without op times);
 #   measured: `train` without a policy gives the unlimited median iteration and the measured peak
 #     (peak_device_bytes); per policy, fraction and tier `train --policy P --budget FRACTION*peak`;
 #     finally the unlimited run again, to show how much the machine's speed drifted meanwhile.

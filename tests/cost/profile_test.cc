@@ -100,7 +100,7 @@ TEST(ProfileTest, ShippedGpuProfilesCarryTheDatasheetNumbers) {
   EXPECT_EQ(a100->peak_flops[static_cast<size_t>(ComputeDType::kTf32)], 156e12);
   EXPECT_EQ(a100->memory_bandwidth_bytes_per_s, 1555e9);
   EXPECT_NEAR(v100->host_link.host_to_device.effective_bytes_per_s(), 12.6e9, 0.1e9);
-  EXPECT_TRUE(contains(load_profile("cpu-local")->notes, "PLACEHOLDERS"));
+  EXPECT_TRUE(contains(load_profile("cpu-local")->notes, "MEASURED"));
 }
 
 TEST(ProfileTest, JsonRoundTripAndSaveThenLoadByPath) {
