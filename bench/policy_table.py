@@ -207,6 +207,24 @@ def short_message(msg, limit=48):
     return msg if len(msg) <= limit else msg[: limit - 3] + "..."
 
 
+def mark_without_time(c, outcome, min_bytes, peak, refused):
+    """Fills cell `c` for a run that gave no iteration time: a budget below the policy's minimum
+    (`refused`, with that minimum as % of `peak` when both are known), a graph checkmate refuses,
+    or another error."""
+    if outcome["status"] == "infeasible":
+        c.update(status="infeasible", message=outcome.get("message"))
+        if min_bytes and peak:
+            c["min_budget_bytes"] = min_bytes
+            c["text"] = f"{refused} (min {min_pct_ceil(min_bytes, peak)}%)"
+        else:
+            c["text"] = refused
+    elif outcome["status"] == "too-large":
+        c.update(status="too-large", message=outcome.get("message"), text="n/a (graph too large)")
+    else:
+        c.update(status="error", message=outcome.get("message"),
+                 text="failed: " + short_message(outcome.get("message", "")))
+
+
 def md_escape(text):
     return text.replace("|", "\\|")
 
@@ -424,20 +442,9 @@ def render(outdir, layout="wide"):
                                      stall_ms=r["out"].get("stall_ms"),
                                      recompute_ms=r["out"].get("recompute_ms"),
                                      text=fmt_slowdown(it / ref["iteration_ms"]))
-                        elif o["status"] == "infeasible":
-                            mb = sim_min[prof][pol].get("min_budget_bytes", o.get("min_budget_bytes"))
-                            c.update(status="infeasible", message=o.get("message"))
-                            if mb and "peak_bytes" in ref:
-                                c["min_budget_bytes"] = mb
-                                c["text"] = f"— (min {min_pct_ceil(mb, ref['peak_bytes'])}%)"
-                            else:
-                                c["text"] = "—"
-                        elif o["status"] == "too-large":
-                            c.update(status="too-large", message=o.get("message"),
-                                     text="n/a (graph too large)")
                         else:
-                            c.update(status="error", message=o.get("message"),
-                                     text="failed: " + short_message(o.get("message", "")))
+                            mb = sim_min[prof][pol].get("min_budget_bytes", o.get("min_budget_bytes"))
+                            mark_without_time(c, o, mb, ref.get("peak_bytes"), "—")
                     sim_cells[prof][pol][frac] = c
             mres["simulated"][prof] = {"reference": ref, "min_budget": sim_min[prof],
                                        "cells": sim_cells[prof]}
@@ -528,20 +535,8 @@ def render(outdir, layout="wide"):
                                 if c["peak_device_bytes"] is not None and c["budget_bytes"] \
                                         and c["peak_device_bytes"] > c["budget_bytes"]:
                                     c["text"] += " (over budget!)"
-                            elif o["status"] == "infeasible":
-                                c.update(status="infeasible", message=o.get("message"))
-                                mb = o.get("min_budget_bytes")
-                                if mb and peak:
-                                    c["min_budget_bytes"] = mb
-                                    c["text"] = f"does not fit (min {min_pct_ceil(mb, peak)}%)"
-                                else:
-                                    c["text"] = "does not fit"
-                            elif o["status"] == "too-large":
-                                c.update(status="too-large", message=o.get("message"),
-                                         text="n/a (graph too large)")
                             else:
-                                c.update(status="error", message=o.get("message"),
-                                         text="failed: " + short_message(o.get("message", "")))
+                                mark_without_time(c, o, o.get("min_budget_bytes"), peak, "does not fit")
                         meas_cells[pol][tier][frac] = c
             mres["measured"] = {"reference": meas_ref, "reference_end": meas_ref_end,
                                 "cells": meas_cells}
