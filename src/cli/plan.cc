@@ -268,23 +268,13 @@ void register_plan(CLI::App& app, std::function<int()>& action) {
                   "rtx4090-pcie4, cpu-local) or a path to a profile file")
       ->capture_default_str();
   cmd->add_option("--budget", o->budget, "Device memory budget (bytes or 6GiB, 512MiB...). Default: the device's capacity");
-  std::string policies;
-  for (const PolicyInfo& p : list_policies()) policies += "\n    " + p.name + ": " + p.summary;
-  cmd->add_option("--policy", o->policy, "Memory plan policy:" + policies)->capture_default_str();
+  add_policy_options(cmd, o->policy, o->policy_options, "Memory plan policy:");
   cmd->add_option("--tier", o->tier, "Where swapped tensors go: host or ssd")->capture_default_str();
   cmd->add_flag("--find-min-budget", o->find_min_budget,
                 "Bisect the smallest budget at which the policy's plan fits, and print it");
   cmd->add_flag("--sweep", o->sweep,
                 "Table of predicted iteration time vs budget (100% down to 10% of the no-swap peak) for the policy, "
                 "or for every policy with --policy all; with --plot, an SVG of the table");
-  cmd->add_option("--swapin-ahead", o->policy_options.lms_swapin_ahead, "lms: swap in this many ops ahead")
-      ->capture_default_str();
-  cmd->add_option("--checkmate-time-limit", o->policy_options.checkmate_time_limit_s,
-                  "checkmate: CBC time limit per solve, seconds")
-      ->capture_default_str();
-  cmd->add_option("--checkmate-max-nodes", o->policy_options.checkmate_max_nodes,
-                  "checkmate: CBC branch-and-bound node limit per solve, 0 = none (unlike time, deterministic)")
-      ->capture_default_str();
   cmd->add_flag("--json", o->json, "Print the prediction as JSON (feasible, iteration_ms, compute_ms, stall_ms, "
                                    "peak_bytes, bytes_d2h, bytes_h2d, ...)");
   cmd->add_flag("--logical-sizes", o->logical_sizes,

@@ -19,4 +19,17 @@ Result<Tier> parse_tier(const std::string& s) {
   return Status::InvalidArgument(fmt::format("unknown tier '{}' (use host or ssd)", s));
 }
 
+void add_policy_options(CLI::App* cmd, std::string& policy, PolicyOptions& options, const std::string& help) {
+  std::string policies;
+  for (const PolicyInfo& p : list_policies()) policies += "\n    " + p.name + ": " + p.summary;
+  cmd->add_option("--policy", policy, help + policies)->capture_default_str();
+  cmd->add_option("--swapin-ahead", options.lms_swapin_ahead, "lms: swap in this many ops ahead")->capture_default_str();
+  cmd->add_option("--checkmate-time-limit", options.checkmate_time_limit_s,
+                  "checkmate: CBC time limit per solve, seconds (a plan takes 1-6 solves)")
+      ->capture_default_str();
+  cmd->add_option("--checkmate-max-nodes", options.checkmate_max_nodes,
+                  "checkmate: CBC branch-and-bound node limit per solve, 0 = none (unlike time, deterministic)")
+      ->capture_default_str();
+}
+
 }  // namespace ferry::cli

@@ -172,21 +172,11 @@ void register_train(CLI::App& app, std::function<int()>& action) {
   cmd->add_option("--threads", o->threads, "Compute threads (default: all cores)");
   cmd->add_option("--data", o->data, "Training data: synthetic (learnable, built in) or cifar10:DIR (binary batches)")
       ->capture_default_str();
-  std::string policies;
-  for (const PolicyInfo& p : list_policies()) policies += "\n    " + p.name + ": " + p.summary;
-  cmd->add_option("--policy", o->policy, "Memory plan policy (needs --budget):" + policies)->capture_default_str();
+  add_policy_options(cmd, o->policy, o->policy_options, "Memory plan policy (needs --budget):");
   cmd->add_option("--tier", o->tier, "Where swapped tensors go: host (a pre-faulted pool) or ssd (direct-I/O files)")
       ->capture_default_str();
   cmd->add_option("--ssd-dir", o->ssd_dir, "Directory for the SSD tier's temporary files")->capture_default_str();
   cmd->add_option("--device", o->device, "Hardware profile whose op and transfer times the policy plans with")
-      ->capture_default_str();
-  cmd->add_option("--swapin-ahead", o->policy_options.lms_swapin_ahead, "lms: swap in this many ops ahead")
-      ->capture_default_str();
-  cmd->add_option("--checkmate-time-limit", o->policy_options.checkmate_time_limit_s,
-                  "checkmate: CBC time limit per solve, seconds (a plan takes 1-6 solves)")
-      ->capture_default_str();
-  cmd->add_option("--checkmate-max-nodes", o->policy_options.checkmate_max_nodes,
-                  "checkmate: CBC branch-and-bound node limit per solve, 0 = none (unlike time, deterministic)")
       ->capture_default_str();
   cmd->add_flag("--checksum", o->checksum, "Verify every swapped byte when it comes back");
   cmd->add_flag("--json", o->json, "Print the results as JSON (for scripts)");
