@@ -18,9 +18,15 @@ Design
 - Same hyperparameters on both sides (Ferry gets --lr), but not the same data: PyTorch trains on one
   fixed random batch, Ferry on its learnable synthetic set (new samples every iteration), so the
   loss lines only show that both sides train; they are not comparable curves.
+- Ferry runs with its default `--conv-algo auto` (Winograd F(4x4,3x3) on the 3x3 stride-1
+  layers where it pays off, docs/backend-conventions.md) and, for ResNet-50, also with
+  `--conv-algo direct` (direct convolutions, as PyTorch runs them on the CPU), so that the table
+  shows what the algorithm choice buys and what the rest of Ferry does. The headline ratio is
+  Ferry's default; the direct ratio is printed under it.
 - The physical floor is the training FLOP count (3 x forward MACs x 2) over the ~430 GFLOP/s
   that oneDNN's best f32 kernels reached on the first development VM with 2 threads (the 2026-11-23
-  VM, an AMD EPYC, reaches ~230 GFLOP/s on the same kernels).
+  VM, an AMD EPYC, reaches ~230 GFLOP/s on the same kernels). It is the floor of direct
+  convolution; Winograd does fewer multiplications than the FLOP count says.
 """
 
 import argparse
@@ -39,8 +45,9 @@ PYTHON = "/usr/bin/python3"
 
 
 class Case:
-    def __init__(self, name, title, ferry_args, torch_args, layouts, warmup, iters, lr):
+    def __init__(self, name, title, ferry_args, torch_args, layouts, warmup, iters, lr, conv_algos):
         self.name, self.title = name, title
+        self.conv_algos = conv_algos  # Ferry's --conv-algo values; the first is the headline
         self.ferry_args, self.torch_args = ferry_args, torch_args
         self.layouts, self.warmup, self.iters = layouts, warmup, iters
         self.lr = lr  # Ferry's --lr (train only), PyTorch's optimizer uses the same
@@ -50,11 +57,11 @@ def make_cases(a):
     resnet = Case("resnet50", "ResNet-50 v1.5, batch 8, 224x224, SGD momentum 0.9 lr 0.01",
                   ["--model", "resnet50", "--batch", "8", "--image", "224", "--optimizer", "sgd"],
                   ["--case", "resnet50", "--batch", "8", "--image", "224"],
-                  a.layouts, warmup=2, iters=5, lr="0.01")
+                  a.layouts, warmup=2, iters=5, lr="0.01", conv_algos=["auto", "direct"])
     gpt2 = Case("gpt2", "GPT-2 small (tied LM head), batch 4, seq 256, Adam lr 1e-3",
                 ["--model", "gpt2", "--batch", "4", "--seq", "256", "--optimizer", "adam"],
                 ["--case", "gpt2", "--batch", "4", "--seq", "256"],
-                ["contiguous"], warmup=1, iters=3, lr="0.001")
+                ["contiguous"], warmup=1, iters=3, lr="0.001", conv_algos=["auto"])
     cases = {c.name: c for c in (resnet, gpt2)}
     chosen = []
     for name in a.cases.split(","):
@@ -140,21 +147,24 @@ def ferry_analyze(a, case):
 
 def run_case(a, case, env, usage, log):
     analysis = ferry_analyze(a, case)
-    ferry = Series("Ferry")
+    ferry_sides = {algo: Series("Ferry" if i == 0 else f"Ferry --conv-algo {algo}")
+                   for i, algo in enumerate(case.conv_algos)}
     torch_sides = {layout: Series(f"PyTorch {layout}") for layout in case.layouts}
     torch_info = {}
     total_iters = case.warmup + case.iters
-    ferry_cmd = [a.ferry, "train", *case.ferry_args, "--lr", case.lr, "--iters", str(total_iters),
-                 "--threads", str(a.threads), "--seed", "1", "--json", "--no-progress"]
 
-    def run_ferry():
-        j, wall = run_json(ferry_cmd, env, a.timeout)
+    def run_ferry(algo):
+        cmd = [a.ferry, "train", *case.ferry_args, "--lr", case.lr, "--iters", str(total_iters),
+               "--threads", str(a.threads), "--seed", "1", "--json", "--no-progress", "--conv-algo", algo]
+        j, wall = run_json(cmd, env, a.timeout)
         times = [it["time_ms"] for it in j["iterations"]]
-        ferry.rounds.append(times[case.warmup:])
-        ferry.cpu_use.append(usage.take() / wall)
-        ferry.losses.append([it["loss"] for it in j["iterations"]])
-        ferry.extra = {"peak_device_bytes": j["peak_device_bytes"], "threads": j["threads"]}
-        log(f"    Ferry                 {fmt_list(times[case.warmup:])} ms  (warm-up {fmt_list(times[:case.warmup])})")
+        side = ferry_sides[algo]
+        side.rounds.append(times[case.warmup:])
+        side.cpu_use.append(usage.take() / wall)
+        side.losses.append([it["loss"] for it in j["iterations"]])
+        side.extra = {"peak_device_bytes": j["peak_device_bytes"], "threads": j["threads"],
+                      "winograd_kernels": j.get("winograd_kernels")}
+        log(f"    Ferry {algo:15s} {fmt_list(times[case.warmup:])} ms  (warm-up {fmt_list(times[:case.warmup])})")
 
     def run_torch(layout):
         cmd = [PYTHON, WORKER, "worker", *case.torch_args, "--layout", layout, "--threads", str(a.threads),
@@ -173,13 +183,14 @@ def run_case(a, case, env, usage, log):
         log(f"    PyTorch {layout:13s} {fmt_list(j['times_ms'][case.warmup:])} ms  "
             f"(warm-up {fmt_list(j['times_ms'][:case.warmup])})")
 
-    steps = [run_ferry] + [lambda layout=layout: run_torch(layout) for layout in case.layouts]
+    steps = ([lambda algo=algo: run_ferry(algo) for algo in case.conv_algos] +
+             [lambda layout=layout: run_torch(layout) for layout in case.layouts])
     for r in range(a.rounds):
         log(f"  round {r + 1}/{a.rounds}  (load average {os.getloadavg()[0]:.2f})")
         for step in (steps if r % 2 == 0 else list(reversed(steps))):
             usage.take()  # forget any child reaped outside a measurement
             step()
-    return analysis, ferry, torch_sides, torch_info
+    return analysis, ferry_sides, torch_sides, torch_info
 
 
 def cpu_model():
@@ -197,7 +208,8 @@ def fmt_list(xs):
     return "[" + " ".join(f"{x:.0f}" for x in xs) + "]"
 
 
-def report_case(a, case, analysis, ferry, torch_sides, torch_info, out):
+def report_case(a, case, analysis, ferry_sides, torch_sides, torch_info, out):
+    ferry = ferry_sides[case.conv_algos[0]]
     macs = analysis["forward_macs"]
     floor_ms = 3 * macs * 2 / (a.floor_gflops * 1e9) * 1e3
     torch_macs = torch_info.get("forward_macs")
@@ -207,7 +219,7 @@ def report_case(a, case, analysis, ferry, torch_sides, torch_info, out):
         f"Ferry {macs:,}, PyTorch {torch_macs:,}" + ("" if torch_macs == macs else "  ** MISMATCH **"))
     header = f"  {'':24s} {'median ms':>10s} {'min ms':>9s} {'round medians ms':>24s} {'CPU use':>8s} {'x floor':>8s}"
     out(header)
-    rows = [ferry] + list(torch_sides.values())
+    rows = list(ferry_sides.values()) + list(torch_sides.values())
     for s in rows:
         per_round = "/".join(f"{statistics.median(r):.0f}" for r in s.rounds)
         cpu = statistics.median(s.cpu_use)
@@ -215,27 +227,43 @@ def report_case(a, case, analysis, ferry, torch_sides, torch_info, out):
             f"{s.median() / floor_ms:8.2f}")
     out(f"  {'floor':24s} {floor_ms:10.1f}   (3 x {macs / 1e9:.2f} GMAC x 2 / {a.floor_gflops:.0f} GFLOP/s)")
     best = min(torch_sides.values(), key=Series.median)
-    ratio = ferry.median() / best.median()
-    ratio_min = min(ferry.all_times()) / min(best.all_times())
-    # Paired: each round's Ferry median over the same round's PyTorch median (runs adjacent in time).
-    ratio_paired = statistics.median(statistics.median(f) / statistics.median(t)
-                                     for f, t in zip(ferry.rounds, best.rounds))
+
+    def ratios(side):
+        pooled = side.median() / best.median()
+        minima = min(side.all_times()) / min(best.all_times())
+        # Paired: each round's Ferry median over the same round's PyTorch median (adjacent in time).
+        paired = statistics.median(statistics.median(f) / statistics.median(t)
+                                   for f, t in zip(side.rounds, best.rounds))
+        return pooled, paired, minima
+
+    ratio, ratio_paired, ratio_min = ratios(ferry)
     verdict = "meets" if ratio <= a.target else "misses"
-    out(f"  Ferry / PyTorch = {ratio:.2f}  (pooled medians, vs the faster {best.label}; {verdict} the target "
-        f"{a.target:.2f}); per-round paired median {ratio_paired:.2f}; minima {ratio_min:.2f}")
+    winograd = ferry.extra.get("winograd_kernels")
+    algo = f"--conv-algo {case.conv_algos[0]}" + (f", {winograd} Winograd kernels" if winograd else "")
+    out(f"  Ferry / PyTorch = {ratio:.2f}  (Ferry {algo}; pooled medians, vs the faster {best.label}; {verdict} "
+        f"the target {a.target:.2f}); per-round paired median {ratio_paired:.2f}; minima {ratio_min:.2f}")
+    other_ratios = {}
+    for algo_name in case.conv_algos[1:]:
+        r = ratios(ferry_sides[algo_name])
+        other_ratios[algo_name] = r
+        out(f"  Ferry --conv-algo {algo_name} / PyTorch = {r[0]:.2f}  (pooled medians); per-round paired median "
+            f"{r[1]:.2f}; minima {r[2]:.2f}")
     first_last = lambda s: f"{s.losses[0][0]:.3f} -> {s.losses[0][-1]:.3f}"
     # Not comparable curves: PyTorch repeats one fixed random batch (it memorises it), Ferry's
     # synthetic set draws new samples every iteration; the line shows both sides trained.
     out(f"  loss over round 1 (different data, see the docstring): Ferry {first_last(ferry)}, " +
         ", ".join(f"{s.label} {first_last(s)}" for s in torch_sides.values()))
-    out(f"  memory: Ferry peak device arena {ferry.extra['peak_device_bytes'] / 2**30:.2f} GiB; " +
+    out(f"  memory: " + ", ".join(f"{s.label} peak device arena {s.extra['peak_device_bytes'] / 2**30:.2f} GiB"
+                                  for s in ferry_sides.values()) + "; " +
         ", ".join(f"{s.label} process max RSS {s.extra['max_rss_bytes'] / 2**30:.2f} GiB"
                   for s in torch_sides.values()))
     return {
         "case": case.name, "title": case.title, "warmup": case.warmup, "iters": case.iters, "rounds": a.rounds,
         "forward_macs": macs, "torch_forward_macs": torch_macs, "params": analysis["params"],
         "floor_ms": floor_ms, "ratio_median": ratio, "ratio_paired": ratio_paired, "ratio_min": ratio_min,
-        "best_pytorch": best.label,
+        "best_pytorch": best.label, "conv_algo": case.conv_algos[0],
+        "other_conv_algos": {k: {"ratio_median": v[0], "ratio_paired": v[1], "ratio_min": v[2]}
+                             for k, v in other_ratios.items()},
         "sides": {s.label: {"times_ms": s.rounds, "median_ms": s.median(), "cpu_use": s.cpu_use,
                             "losses": s.losses, **s.extra} for s in rows},
     }
@@ -271,7 +299,7 @@ def main():
     log = lambda line: print(line, file=sys.stderr, flush=True)
     started = time.time()
     load_start = os.getloadavg()
-    measured = []  # per case: (case, analysis, ferry, torch_sides, torch_info) or (case, error)
+    measured = []  # per case: (case, analysis, ferry_sides, torch_sides, torch_info) or (case, error)
     for case in cases:
         log(f"{case.title}")
         try:

@@ -18,8 +18,26 @@ std::vector<uint64_t> CompiledGraph::all_scratch_bytes() const {
   return bytes;
 }
 
-Result<std::unique_ptr<Backend>> make_backend(std::string_view name) {
-  if (name == "cpu") return make_cpu_backend();
+std::string_view to_string(ConvAlgorithm a) {
+  switch (a) {
+    case ConvAlgorithm::kAuto:
+      return "auto";
+    case ConvAlgorithm::kDirect:
+      return "direct";
+    case ConvAlgorithm::kWinograd:
+      return "winograd";
+  }
+  return "?";
+}
+
+Result<ConvAlgorithm> parse_conv_algorithm(std::string_view s) {
+  for (ConvAlgorithm a : {ConvAlgorithm::kAuto, ConvAlgorithm::kDirect, ConvAlgorithm::kWinograd})
+    if (s == to_string(a)) return a;
+  return Status::InvalidArgument(fmt::format("unknown convolution algorithm '{}' (use auto, direct or winograd)", s));
+}
+
+Result<std::unique_ptr<Backend>> make_backend(std::string_view name, const BackendOptions& options) {
+  if (name == "cpu") return make_cpu_backend(options);
   return Status::InvalidArgument(fmt::format("unknown backend '{}' (known: cpu)", name));
 }
 

@@ -33,6 +33,7 @@ struct PlanOptions {
   bool find_min_budget = false;
   bool sweep = false;
   PolicyOptions policy_options;
+  std::string conv_algo = "auto";
 };
 
 nlohmann::json to_json(const SimResult& r, uint64_t budget) {
@@ -178,8 +179,10 @@ int run_plan(const PlanOptions& o) {
   // that predictions match `ferry train` byte for byte; elsewhere with the graph's logical sizes.
   std::vector<uint64_t> scratch;
   const bool local = hw->name.rfind("cpu", 0) == 0;
+  Result<BackendOptions> backend_options = parse_backend_options(o.conv_algo);
+  if (!backend_options.ok()) return report(backend_options.status());
   if (local && !o.logical_sizes) {
-    Result<std::vector<uint64_t>> s = apply_backend_sizes(*g);
+    Result<std::vector<uint64_t>> s = apply_backend_sizes(*g, *backend_options);
     if (!s.ok()) return report(s.status());
     scratch = std::move(*s);
   }
@@ -202,6 +205,8 @@ int run_plan(const PlanOptions& o) {
     return 0;
   }
   Result<PlanReport> planned = plan_policy(o.policy, ctx);
+  if (!planned.ok() && local && !o.logical_sizes)
+    planned = with_conv_hint(planned.status(), *g, *backend_options);
   if (!planned.ok() && planned.status().code() == StatusCode::kOutOfMemory && o.json) {
     // The honest answer to "does it fit?" is a JSON "no", with the reason and the numbers.
     nlohmann::json j;
@@ -279,6 +284,7 @@ void register_plan(CLI::App& app, std::function<int()>& action) {
                                    "peak_bytes, bytes_d2h, bytes_h2d, ...)");
   cmd->add_flag("--logical-sizes", o->logical_sizes,
                 "On a cpu profile, plan with the graph's logical tensor sizes instead of the CPU backend's");
+  add_backend_options(cmd, o->conv_algo);
   cmd->add_option("--trace-out", o->trace_out, "Write a Chrome trace event file (streams as threads, memory as a "
                                                "counter track) that Perfetto opens");
   cmd->add_option("--plot", o->plot, "Write an SVG plot of device memory over the iteration against the budget");

@@ -3,11 +3,44 @@
 #include <fmt/format.h>
 
 #include "backend/backend.h"
+#include "common/units.h"
 
 namespace ferry::cli {
 
-Result<std::vector<uint64_t>> apply_backend_sizes(Graph& g) {
-  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend("cpu"));
+void add_backend_options(CLI::App* cmd, std::string& conv_algo) {
+  cmd->add_option("--conv-algo", conv_algo,
+                  "Convolution algorithm: auto (Winograd for 3x3 stride-1 layers with enough 4x4 output tiles per "
+                  "thread, direct elsewhere), direct (least scratch, smallest rounding error), or winograd (for every "
+                  "3x3 stride-1 layer oneDNN supports). See docs/backend-conventions.md")
+      ->capture_default_str();
+}
+
+Result<BackendOptions> parse_backend_options(const std::string& conv_algo) {
+  FERRY_ASSIGN_OR_RETURN(ConvAlgorithm algo, parse_conv_algorithm(conv_algo));
+  return BackendOptions{.conv_algorithm = algo};
+}
+
+Status with_conv_hint(Status s, const Graph& g, const BackendOptions& options) {
+  if (s.code() != StatusCode::kOutOfMemory || options.conv_algorithm == ConvAlgorithm::kDirect) return s;
+  Result<std::unique_ptr<Backend>> backend = make_backend("cpu", options);
+  if (!backend.ok()) return s;
+  Result<std::unique_ptr<CompiledGraph>> compiled = (*backend)->compile(g);
+  if (!compiled.ok()) return s;
+  int convs = 0;
+  uint64_t largest = 0;
+  for (const Op& op : g.ops) {
+    if ((*compiled)->implementation(op.id).find("wino") == std::string::npos) continue;
+    ++convs;
+    largest = std::max(largest, (*compiled)->scratch_bytes(op.id));
+  }
+  if (convs == 0) return s;
+  return Status::OutOfMemory(fmt::format("{}. {} convolution kernels run as Winograd, with up to {} of scratch each; "
+                                      "--conv-algo direct needs less memory (and runs slower)",
+                                      s.message(), convs, format_bytes(largest)));
+}
+
+Result<std::vector<uint64_t>> apply_backend_sizes(Graph& g, const BackendOptions& options) {
+  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend("cpu", options));
   FERRY_ASSIGN_OR_RETURN(std::unique_ptr<CompiledGraph> compiled, backend->compile(g));
   for (Tensor& t : g.tensors) t.bytes = compiled->tensor_bytes(t.id);
   return compiled->all_scratch_bytes();

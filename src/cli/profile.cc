@@ -10,6 +10,7 @@
 #include "backend/backend.h"
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "cli/planning.h"
 #include "common/units.h"
 #include "graph/trace.h"
 #include "runtime/profiler.h"
@@ -28,6 +29,7 @@ struct ProfileOptions {
   std::string hardware_out;
   std::string storage_dir;
   std::string storage_bytes = "256MiB";
+  std::string conv_algo = "auto";
 };
 
 int run_profile(const ProfileOptions& o) {
@@ -38,7 +40,9 @@ int run_profile(const ProfileOptions& o) {
   if (o.threads > 0) omp_set_num_threads(o.threads);
   Result<Graph> g = load_graph(o.graph);
   if (!g.ok()) return report(g.status());
-  Result<std::unique_ptr<Backend>> backend = make_backend("cpu");
+  Result<BackendOptions> backend_options = parse_backend_options(o.conv_algo);
+  if (!backend_options.ok()) return report(backend_options.status());
+  Result<std::unique_ptr<Backend>> backend = make_backend("cpu", *backend_options);
   if (!backend.ok()) return report(backend.status());
   auto data = make_synthetic_data(o.seed);
   std::fprintf(stderr, "profiling %s: %d warm-up + %d measured iterations...\n", describe(*g).c_str(), o.warmup,
@@ -92,6 +96,7 @@ void register_profile(CLI::App& app, std::function<int()>& action) {
   cmd->add_option("--storage-dir", o->storage_dir, "Directory for the direct-I/O measurement (default: OUT's)");
   cmd->add_option("--storage-bytes", o->storage_bytes, "Bytes written and read per storage measurement")
       ->capture_default_str();
+  add_backend_options(cmd, o->conv_algo);
   cmd->callback([o, &action] { action = [o] { return run_profile(*o); }; });
 }
 

@@ -37,6 +37,7 @@ struct TrainCliOptions {
   std::string ssd_dir = "/tmp";
   bool checksum = false;
   PolicyOptions policy_options;
+  std::string conv_algo = "auto";
 };
 
 void progress(int64_t done, int64_t total, double ms, float loss) {
@@ -64,7 +65,9 @@ int run_train(const TrainCliOptions& o) {
   if (!g.ok()) return report(g.status());
   Result<std::unique_ptr<DataSource>> data = open_data(o.data, *g, o.seed);
   if (!data.ok()) return report(data.status());
-  Result<std::unique_ptr<Backend>> backend = make_backend("cpu");
+  Result<BackendOptions> backend_options = parse_backend_options(o.conv_algo);
+  if (!backend_options.ok()) return report(backend_options.status());
+  Result<std::unique_ptr<Backend>> backend = make_backend("cpu", *backend_options);
   if (!backend.ok()) return report(backend.status());
   ExecutorOptions eo;
   eo.budget_bytes = budget;
@@ -82,19 +85,19 @@ int run_train(const TrainCliOptions& o) {
     Result<HardwareProfile> hw = load_profile(o.device);
     if (!hw.ok()) return report(hw.status());
     Graph sized = *g;
-    Result<std::vector<uint64_t>> scratch = apply_backend_sizes(sized);
+    Result<std::vector<uint64_t>> scratch = apply_backend_sizes(sized, *backend_options);
     if (!scratch.ok()) return report(scratch.status());
     CostModel cost(*hw);
     PlanContext ctx{.graph = sized, .cost = cost, .budget_bytes = budget, .tier = *tier, .op_scratch_bytes = *scratch,
                     .options = o.policy_options};
     Result<PlanReport> plan = plan_policy(o.policy, ctx);
-    if (!plan.ok()) return report(plan.status());
+    if (!plan.ok()) return report(with_conv_hint(plan.status(), *g, *backend_options));
     schedule = plan->schedule;
     plan_summary = fmt::format("policy {}: {} tensors swapped to {}, {} recomputed", o.policy, plan->swapped_tensors,
                                o.tier, plan->recomputed_tensors);
   }
   Result<std::unique_ptr<Executor>> ex = Executor::create(*g, **backend, eo, schedule ? &*schedule : nullptr);
-  if (!ex.ok()) return report(ex.status());
+  if (!ex.ok()) return report(with_conv_hint(ex.status(), *g, *backend_options));
   Executor& e = **ex;
   if (Status s = e.initialize(); !s.ok()) return report(s);
 
@@ -118,6 +121,12 @@ int run_train(const TrainCliOptions& o) {
     }
     if (show_progress) progress(it + 1, o.iters, r->time_ms, r->loss);
   }
+  int conv_kernels = 0, winograd_kernels = 0;
+  for (const Op& op : e.graph().ops) {
+    if (op.type != OpType::kConv2d && op.type != OpType::kConvBwdData && op.type != OpType::kConvBwdWeights) continue;
+    ++conv_kernels;
+    if (e.compiled().implementation(op.id).find("wino") != std::string::npos) ++winograd_kernels;
+  }
   std::vector<double> times;
   for (const IterationStats& s : stats) times.push_back(s.time_ms);
   // The first iteration pays one-time costs (kernel JIT, first touches); leave it out when we can.
@@ -130,6 +139,8 @@ int run_train(const TrainCliOptions& o) {
     j["model"] = g->info.model;
     j["batch"] = g->info.batch;
     j["threads"] = omp_get_max_threads();
+    j["conv_algorithm"] = std::string(to_string(backend_options->conv_algorithm));
+    j["winograd_kernels"] = winograd_kernels;
     j["data"] = (*data)->name();
     j["iterations"] = nlohmann::json::array();
     for (const IterationStats& s : stats)
@@ -152,6 +163,9 @@ int run_train(const TrainCliOptions& o) {
   std::printf("  device memory   peak %s of budget %s (predicted %s; weights+state %s)\n",
               format_bytes(e.peak_device_bytes()).c_str(), format_bytes(e.budget_bytes()).c_str(),
               format_bytes(e.required_bytes()).c_str(), format_bytes(e.persistent_region_bytes()).c_str());
+  if (conv_kernels > 0)
+    std::printf("  convolutions    %s: %d of %d kernels Winograd, the rest direct\n",
+                std::string(to_string(backend_options->conv_algorithm)).c_str(), winograd_kernels, conv_kernels);
   return 0;
 }
 
@@ -179,6 +193,7 @@ void register_train(CLI::App& app, std::function<int()>& action) {
   cmd->add_option("--device", o->device, "Hardware profile whose op and transfer times the policy plans with")
       ->capture_default_str();
   cmd->add_flag("--checksum", o->checksum, "Verify every swapped byte when it comes back");
+  add_backend_options(cmd, o->conv_algo);
   cmd->add_flag("--json", o->json, "Print the results as JSON (for scripts)");
   cmd->add_flag("--no-progress", o->no_progress, "No progress bar");
   cmd->callback([o, &action] { action = [o] { return run_train(*o); }; });

@@ -78,6 +78,7 @@ class Executor {
   const Graph& graph() const { return graph_; }
   const Analysis& analysis() const { return analysis_; }
   const Program& program() const { return program_; }
+  const CompiledGraph& compiled() const { return *compiled_; }
   uint64_t persistent_region_bytes() const { return placement_.persistent_region_bytes; }
   // Device bytes the plan needs: persistent region + placed transient blocks.
   uint64_t required_bytes() const { return placement_.arena_bytes; }

@@ -4,6 +4,7 @@
 
 #include "backend/backend_test_support.h"
 #include "graph/builder.h"
+#include "graph/zoo/zoo.h"
 
 namespace ferry {
 namespace {
@@ -18,6 +19,43 @@ TEST(BackendTest, MakeBackendByName) {
   auto bad = make_backend("tpu");
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("cpu"), std::string::npos);
+}
+
+TEST(BackendTest, ConvAlgorithmNames) {
+  for (ConvAlgorithm a : {ConvAlgorithm::kAuto, ConvAlgorithm::kDirect, ConvAlgorithm::kWinograd})
+    EXPECT_EQ(parse_conv_algorithm(to_string(a)).value(), a);
+  Result<ConvAlgorithm> bad = parse_conv_algorithm("fft");
+  EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("auto, direct or winograd"), std::string::npos) << bad.status().message();
+}
+
+// Note [Winograd]: `auto` runs a convolution kernel as Winograd only for 3x3 stride-1 layers and
+// only when its scratch is at most 1/32 of the graph's logical tensor bytes; ResNet-50 at batch 8
+// gets some, resnet-mini (whose Winograd scratch would dwarf its tensors) none.
+TEST(BackendTest, AutoConvAlgorithmTakesWinogradWhereItsScratchIsSmall) {
+  auto winograd_kernels = [](const Graph& g, ConvAlgorithm algo) {
+    auto be = std::move(make_backend("cpu", BackendOptions{.conv_algorithm = algo})).value();
+    auto cg = std::move(be->compile(g)).value();
+    uint64_t logical = 0;
+    for (const Tensor& t : g.tensors) logical += static_cast<uint64_t>(t.numel()) * dtype_size(t.dtype);
+    int count = 0;
+    for (const Op& op : g.ops) {
+      if (cg->implementation(op.id).find("wino") == std::string::npos) continue;
+      ++count;
+      EXPECT_TRUE(op.attrs.kernel_h == 3 && op.attrs.kernel_w == 3 && op.attrs.stride_h == 1 && op.attrs.stride_w == 1)
+          << op.name;
+      if (algo == ConvAlgorithm::kAuto) EXPECT_LE(cg->scratch_bytes(op.id) * 32, logical) << op.name;
+    }
+    return count;
+  };
+  const Graph r50 = std::move(build_model("resnet50", {.batch = 8})).value();
+  const Graph mini = std::move(build_model("resnet-mini", {.batch = 4})).value();
+  if (winograd_kernels(mini, ConvAlgorithm::kWinograd) == 0)
+    GTEST_SKIP() << "oneDNN has no Winograd kernel on this CPU (it needs AVX-512)";
+  EXPECT_EQ(winograd_kernels(mini, ConvAlgorithm::kDirect), 0);
+  EXPECT_EQ(winograd_kernels(mini, ConvAlgorithm::kAuto), 0);
+  EXPECT_GT(winograd_kernels(r50, ConvAlgorithm::kAuto), 0);
+  EXPECT_EQ(winograd_kernels(r50, ConvAlgorithm::kDirect), 0);
 }
 
 TEST(BackendTest, AllocateAndCopyRoundTrip) {

@@ -110,8 +110,8 @@ class Runner {
   static constexpr uint64_t kGuard = 256;
   static constexpr uint8_t kGuardByte = 0xA5;
 
-  explicit Runner(Graph g) : graph_(std::move(g)) {
-    auto be = make_backend("cpu");
+  explicit Runner(Graph g, const BackendOptions& options = {}) : graph_(std::move(g)) {
+    auto be = make_backend("cpu", options);
     EXPECT_TRUE(be.ok()) << be.status().message();
     backend_ = std::move(be).value();
     auto cg = backend_->compile(graph_);

@@ -1,7 +1,8 @@
 // Convolution kernels against the double reference: forward values, backward-data and
 // backward-weights against finite differences, over shapes that exercise oneDNN's different
 // paths (plain first-layer input, blocked layouts with padded channels, stride 2 with negative
-// right padding, 1x1, non-square kernels and inputs, batch 1, groups, bias).
+// right padding, 1x1, non-square kernels and inputs, batch 1, groups, bias), with direct
+// convolutions and, on 3x3 stride-1 shapes, with Winograd (Note [Winograd] in kernels_conv.cc).
 #include <gtest/gtest.h>
 
 #include "backend/backend_test_support.h"
@@ -23,10 +24,11 @@ struct ConvCase {
 };
 void PrintTo(const ConvCase& c, std::ostream* os) { *os << c.name; }
 
-class ConvTest : public ::testing::TestWithParam<ConvCase> {};
+bool is_winograd(const std::string& implementation) { return implementation.find("wino") != std::string::npos; }
 
-TEST_P(ConvTest, ForwardAndBackwardMatchReference) {
-  const ConvCase& cc = GetParam();
+// Builds conv + its two backward ops for `cc`, runs them compiled with `algorithm`, and checks
+// them against the reference. Sets `winograd` to whether all three kernels ran as Winograd.
+void check_conv(const ConvCase& cc, ConvAlgorithm algorithm, bool* winograd = nullptr) {
   const reference::ConvShape& s = cc.shape;
   GraphMaker m;
   TensorId x0 = m.input("x0", {s.n, s.c, s.h, s.w});
@@ -60,8 +62,13 @@ TEST_P(ConvTest, ForwardAndBackwardMatchReference) {
   if (cc.bias) wgrads.push_back(db);
   m.op("conv.bwd_weights", OpType::kConvBwdWeights, {dy.grad, x}, wgrads, a, Phase::kBackward);
 
-  Runner r(m.g);
+  Runner r(m.g, BackendOptions{.conv_algorithm = algorithm});
   ASSERT_TRUE(r.ok());
+  if (winograd) {
+    *winograd = true;
+    for (const Op& op : m.g.ops)
+      if (op.name.rfind("conv", 0) == 0) *winograd = *winograd && is_winograd(r.cg().implementation(op.id));
+  }
   const size_t nx = static_cast<size_t>(s.n * s.c * s.h * s.w);
   const size_t nw = static_cast<size_t>(s.o * (s.c / s.groups) * s.kh * s.kw);
   const size_t ny = static_cast<size_t>(s.n * s.o * s.oh() * s.ow());
@@ -97,6 +104,24 @@ TEST_P(ConvTest, ForwardAndBackwardMatchReference) {
     EXPECT_GE(r.cg().tensor_bytes(t), static_cast<uint64_t>(m.g.tensor(t).numel()) * 4) << m.g.tensor(t).name;
 }
 
+class ConvTest : public ::testing::TestWithParam<ConvCase> {};
+
+TEST_P(ConvTest, ForwardAndBackwardMatchReference) {
+  bool winograd = true;
+  check_conv(GetParam(), ConvAlgorithm::kDirect, &winograd);
+  EXPECT_FALSE(winograd) << "--conv-algo direct must never run Winograd";
+}
+
+// Winograd F(4x4, 3x3) on 3x3 stride-1 shapes (tiles cut by the border, odd sizes, bias, channels
+// that are and are not multiples of 16), against the same reference and tolerances.
+class ConvWinogradTest : public ::testing::TestWithParam<ConvCase> {};
+
+TEST_P(ConvWinogradTest, ForwardAndBackwardMatchReference) {
+  bool winograd = false;
+  check_conv(GetParam(), ConvAlgorithm::kWinograd, &winograd);
+  if (!winograd) GTEST_SKIP() << "oneDNN has no Winograd kernel for this shape on this CPU (it needs AVX-512)";
+}
+
 using CS = reference::ConvShape;
 INSTANTIATE_TEST_SUITE_P(Shapes, ConvTest,
                          ::testing::Values(
@@ -112,8 +137,20 @@ INSTANTIATE_TEST_SUITE_P(Shapes, ConvTest,
                              ConvCase{"c3_o5_bias_plain", CS{1, 3, 5, 7, 5, 3, 3, 1, 1, 1, 1, 1}, true, false}),
                          [](const ::testing::TestParamInfo<ConvCase>& info) { return std::string(info.param.name); });
 
-// Same inputs and thread count give bitwise identical results (no atomics in reductions).
-TEST(ConvDeterminism, BackwardWeightsIsBitwiseReproducible) {
+INSTANTIATE_TEST_SUITE_P(Shapes, ConvWinogradTest,
+                         ::testing::Values(
+                             //                      n  c   h   w   o  kh kw sh sw ph pw g
+                             ConvCase{"k3_pad1", CS{2, 16, 8, 8, 16, 3, 3, 1, 1, 1, 1, 1}, false, true},
+                             ConvCase{"odd_9x7_c32_o16", CS{3, 32, 9, 7, 16, 3, 3, 1, 1, 1, 1, 1}, false, true},
+                             ConvCase{"no_pad_bias", CS{1, 16, 10, 10, 32, 3, 3, 1, 1, 0, 0, 1}, true, true},
+                             ConvCase{"c24_plain_input", CS{2, 24, 6, 6, 24, 3, 3, 1, 1, 1, 1, 1}, false, false}),
+                         [](const ::testing::TestParamInfo<ConvCase>& info) { return std::string(info.param.name); });
+
+// Same inputs and thread count give bitwise identical results (no atomics in reductions), with
+// either algorithm.
+class ConvDeterminism : public ::testing::TestWithParam<ConvAlgorithm> {};
+
+TEST_P(ConvDeterminism, BackwardWeightsIsBitwiseReproducible) {
   const CS s{4, 16, 10, 10, 16, 3, 3, 1, 1, 1, 1, 1};
   GraphMaker m;
   TensorId x0 = m.input("x0", {s.n, s.c, s.h, s.w});
@@ -127,7 +164,7 @@ TEST(ConvDeterminism, BackwardWeightsIsBitwiseReproducible) {
   auto dy = m.grad_input("dy", y);
   TensorId dw = m.grad("dw", w);
   m.op("bwd_w", OpType::kConvBwdWeights, {dy.grad, blk.y}, {dw}, a, Phase::kBackward);
-  Runner r(m.g);
+  Runner r(m.g, BackendOptions{.conv_algorithm = GetParam()});
   ASSERT_TRUE(r.ok());
   const size_t nx = static_cast<size_t>(s.n * s.c * s.h * s.w), ny = static_cast<size_t>(s.n * s.o * 100);
   r.set(x0, testing::random_vector(nx, 11));
@@ -140,6 +177,12 @@ TEST(ConvDeterminism, BackwardWeightsIsBitwiseReproducible) {
   r.run_all();
   EXPECT_TRUE(first == r.raw(dw));
 }
+
+INSTANTIATE_TEST_SUITE_P(Algorithms, ConvDeterminism,
+                         ::testing::Values(ConvAlgorithm::kDirect, ConvAlgorithm::kWinograd),
+                         [](const ::testing::TestParamInfo<ConvAlgorithm>& info) {
+                           return std::string(to_string(info.param));
+                         });
 
 }  // namespace
 }  // namespace ferry

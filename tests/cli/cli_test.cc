@@ -226,6 +226,33 @@ TEST(Cli, TrainWithAPolicyFitsTheBudgetAndKeepsTheLosses) {
   }
 }
 
+// --conv-algo: the JSON says what ran; Winograd's scratch is counted (peak == predicted); a plan
+// that cannot fit because of it says so; a bad name is bad usage.
+TEST(Cli, TrainConvAlgorithm) {
+  const std::string base = "train --model resnet-mini --batch 4 --iters 2 --no-progress";
+  Output direct = ferry(base + " --json --conv-algo direct");
+  ASSERT_EQ(direct.code, 0) << direct.out;
+  const auto d = nlohmann::json::parse(direct.out);
+  EXPECT_EQ(d["conv_algorithm"], "direct");
+  EXPECT_EQ(d["winograd_kernels"], 0);
+  Output wino = ferry(base + " --json --conv-algo winograd");
+  ASSERT_EQ(wino.code, 0) << wino.out;
+  const auto w = nlohmann::json::parse(wino.out);
+  EXPECT_EQ(w["conv_algorithm"], "winograd");
+  EXPECT_EQ(w["peak_device_bytes"], w["predicted_peak_bytes"]);
+  if (w["winograd_kernels"].get<int>() > 0) {
+    EXPECT_GT(w["peak_device_bytes"].get<uint64_t>(), d["peak_device_bytes"].get<uint64_t>());
+    // A budget that fits the direct plan but not Winograd's scratch: the error points at direct.
+    const std::string budget = std::to_string(d["peak_device_bytes"].get<uint64_t>());
+    Output oom = ferry(base + " --conv-algo winograd --budget " + budget);
+    EXPECT_EQ(oom.code, 1) << oom.out;
+    EXPECT_TRUE(has(oom.out, "--conv-algo direct")) << oom.out;
+  }
+  Output bad = ferry(base + " --conv-algo fft");
+  EXPECT_EQ(bad.code, 2) << bad.out;
+  EXPECT_TRUE(has(bad.out, "unknown convolution algorithm 'fft'")) << bad.out;
+}
+
 TEST(Cli, TrainPolicyBadInputIsExitCode2) {
   const std::string base = "train --model resnet-mini --batch 2 --iters 1 --no-progress --budget 20MiB";
   Output unknown = ferry(base + " --policy fifo");

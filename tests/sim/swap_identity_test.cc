@@ -2,7 +2,8 @@
 // as predicted: for every policy, on a small ResNet, DenseNet and transformer, at 100% and 50% of
 // the no-plan peak and at the policy's own minimum, on both tiers, three training iterations give
 // bitwise the losses and final weights of training without a plan; the arena's measured peak is
-// at most the budget and equals the simulator's prediction.
+// at most the budget and equals the simulator's prediction. A few cases compile the convolutions
+// as Winograd, whose scratch (MiBs per kernel) the plans must place like any other.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -39,8 +40,8 @@ Graph model(const std::string& name) {
 }
 
 // The tier is part of the schedule's actions; the executor makes the tiers the program uses.
-Result<Outcome> train(const Graph& g, const Schedule* schedule, uint64_t budget) {
-  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend("cpu"));
+Result<Outcome> train(const Graph& g, const Schedule* schedule, uint64_t budget, const BackendOptions& bo) {
+  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend("cpu", bo));
   ExecutorOptions o;
   o.seed = 11;
   o.budget_bytes = budget;
@@ -67,6 +68,7 @@ Result<Outcome> train(const Graph& g, const Schedule* schedule, uint64_t budget)
 struct Case {
   const char* model;
   const char* policy;
+  ConvAlgorithm conv = ConvAlgorithm::kAuto;
 };
 
 class SwapIdentity : public ::testing::TestWithParam<Case> {};
@@ -74,12 +76,13 @@ class SwapIdentity : public ::testing::TestWithParam<Case> {};
 TEST_P(SwapIdentity, BitwiseIdenticalWithinBudgetAsPredicted) {
   const Case c = GetParam();
   const Graph g = model(c.model);
-  Result<Outcome> reference = train(g, nullptr, 0);
+  const BackendOptions bo{.conv_algorithm = c.conv};
+  Result<Outcome> reference = train(g, nullptr, 0, bo);
   ASSERT_TRUE(reference.ok()) << reference.status().message();
 
   // Plan with the backend's real sizes, as `ferry train` does.
   Graph sized = g;
-  auto backend = make_backend("cpu").value();
+  auto backend = make_backend("cpu", bo).value();
   auto compiled = backend->compile(g).value();
   for (Tensor& t : sized.tensors) t.bytes = compiled->tensor_bytes(t.id);
   const std::vector<uint64_t> scratch = compiled->all_scratch_bytes();
@@ -120,7 +123,7 @@ TEST_P(SwapIdentity, BitwiseIdenticalWithinBudgetAsPredicted) {
       ASSERT_TRUE(predicted.ok()) << predicted.status().message();
       EXPECT_TRUE(predicted->feasible) << predicted->reason;
 
-      Result<Outcome> run = train(g, &plan->schedule, budget);
+      Result<Outcome> run = train(g, &plan->schedule, budget, bo);
       ASSERT_TRUE(run.ok()) << run.status().message();
       ++ran;
       EXPECT_LE(run->peak, budget);
@@ -138,11 +141,13 @@ std::vector<Case> cases() {
   for (const char* m : {"resnet-mini", "densenet-mini", "gpt2-mini"})
     for (const char* p : {"vdnn-all", "vdnn-conv", "lru", "lms", "capuchin", "checkpoint-sqrt", "checkmate"})
       v.push_back({m, p});
+  for (const char* p : {"lru", "capuchin"}) v.push_back({"resnet-mini", p, ConvAlgorithm::kWinograd});
   return v;
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, SwapIdentity, ::testing::ValuesIn(cases()), [](const auto& info) {
   std::string n = std::string(info.param.model) + "_" + info.param.policy;
+  if (info.param.conv != ConvAlgorithm::kAuto) n += "_" + std::string(to_string(info.param.conv));
   for (char& ch : n)
     if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
   return n;

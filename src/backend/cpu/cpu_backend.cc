@@ -36,8 +36,8 @@ namespace {
 
 class CpuCompiledGraph final : public CompiledGraph {
  public:
-  CpuCompiledGraph(const Graph& g, const dnnl::engine& engine)
-      : tensors_(g.tensors), engine_(engine), stream_(engine) {}
+  CpuCompiledGraph(const Graph& g, const dnnl::engine& engine, const BackendOptions& options)
+      : tensors_(g.tensors), engine_(engine), stream_(engine), options_(options) {}
 
   // Decides layouts and builds kernels (see Note [Layouts]). Throws; compile() guards it.
   void build(const Graph& g) {
@@ -46,7 +46,7 @@ class CpuCompiledGraph final : public CompiledGraph {
       if (t.role == TensorRole::kInput) layout[static_cast<size_t>(t.id)] = plain_md(t);
     kernels_.reserve(g.ops.size());
     for (const Op& op : g.ops) {
-      OpSetup setup{g, op, engine_, {}, {}};
+      OpSetup setup{g, op, engine_, options_, {}, {}};
       for (TensorId t : op.inputs) setup.in.push_back(layout[static_cast<size_t>(t)]);
       for (TensorId t : op.outputs) {
         const Tensor& tt = g.tensor(t);
@@ -101,6 +101,11 @@ class CpuCompiledGraph final : public CompiledGraph {
     FERRY_CHECK(t >= 0 && static_cast<size_t>(t) < tensors_.size(), "tensor id {}", t);
     const Md& md = layouts_[static_cast<size_t>(t)];
     return is_zero(md) ? "plain" : layout_name(md);
+  }
+
+  std::string implementation(OpId op) const override {
+    FERRY_CHECK(op >= 0 && static_cast<size_t>(op) < kernels_.size(), "op id {}", op);
+    return kernels_[static_cast<size_t>(op)]->implementation();
   }
 
   Status run(OpId op, std::span<const DevicePtr> inputs, std::span<const DevicePtr> outputs, DevicePtr scratch,
@@ -177,13 +182,14 @@ class CpuCompiledGraph final : public CompiledGraph {
   std::vector<Tensor> tensors_;
   dnnl::engine engine_;
   dnnl::stream stream_;
+  BackendOptions options_;
   std::vector<Md> layouts_;  // zero descriptor: a tensor no kernel can describe (never touched)
   std::vector<std::unique_ptr<Kernel>> kernels_;
 };
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(dnnl::engine engine) : engine_(std::move(engine)) {}
+  CpuBackend(dnnl::engine engine, const BackendOptions& options) : engine_(std::move(engine)), options_(options) {}
 
   std::string_view name() const override { return "cpu"; }
 
@@ -191,7 +197,7 @@ class CpuBackend final : public Backend {
     FERRY_RETURN_IF_ERROR(graph.validate());
     std::unique_ptr<CpuCompiledGraph> cg;
     FERRY_RETURN_IF_ERROR(dnnl_guard("cpu backend", [&] {
-      cg = std::make_unique<CpuCompiledGraph>(graph, engine_);
+      cg = std::make_unique<CpuCompiledGraph>(graph, engine_, options_);
       cg->build(graph);
     }));
     return std::unique_ptr<CompiledGraph>(std::move(cg));
@@ -238,16 +244,17 @@ class CpuBackend final : public Backend {
 
  private:
   dnnl::engine engine_;
+  BackendOptions options_;
   std::map<uint64_t, HostRegion> regions_;  // live allocations, by base address
 };
 
 }  // namespace
 }  // namespace cpu
 
-Result<std::unique_ptr<Backend>> make_cpu_backend() {
+Result<std::unique_ptr<Backend>> make_cpu_backend(const BackendOptions& options) {
   std::unique_ptr<Backend> backend;
   FERRY_RETURN_IF_ERROR(cpu::dnnl_guard("creating the oneDNN CPU engine", [&] {
-    backend = std::make_unique<cpu::CpuBackend>(dnnl::engine(dnnl::engine::kind::cpu, 0));
+    backend = std::make_unique<cpu::CpuBackend>(dnnl::engine(dnnl::engine::kind::cpu, 0), options);
   }));
   return backend;
 }

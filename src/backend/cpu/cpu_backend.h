@@ -13,8 +13,9 @@
 
 namespace ferry {
 
-// A CPU backend. Errors: Internal when oneDNN cannot create its CPU engine.
-Result<std::unique_ptr<Backend>> make_cpu_backend();
+// A CPU backend compiling with `options`. Errors: Internal when oneDNN cannot create its CPU
+// engine.
+Result<std::unique_ptr<Backend>> make_cpu_backend(const BackendOptions& options = {});
 
 namespace cpu {
 

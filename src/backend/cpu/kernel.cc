@@ -136,6 +136,7 @@ void write_plain(Kernel& k, const OpSetup& s, size_t i) {
 PrimitiveKernelBuilder::PrimitiveKernelBuilder(const OpSetup& setup, const dnnl::primitive_desc_base& pd)
     : setup_(setup), kernel_(new_kernel(setup)) {
   kernel_->use_scratchpad(pd);
+  kernel_->set_implementation(pd.impl_info_str());
 }
 
 PrimitiveKernelBuilder& PrimitiveKernelBuilder::in(size_t i, int dnnl_arg, const Md& md) {

@@ -101,9 +101,12 @@ class Kernel {
   // Reserves a private scratch buffer; returns its id for ExecArgs::buffer().
   int add_buffer(uint64_t bytes);
   void set_body(Body body) { body_ = std::move(body); }
+  // What runs the body: oneDNN's implementation name, or "hand-written" (the default).
+  void set_implementation(std::string name) { implementation_ = std::move(name); }
 
   // --- Queries ------------------------------------------------------------------------------
   const std::string& op_name() const { return op_name_; }
+  const std::string& implementation() const { return implementation_; }
   const Md& input_layout(size_t i) const { return inputs_[i].stored; }
   const Md& output_layout(size_t i) const { return outputs_[i].stored; }
   bool input_staged(size_t i) const { return inputs_[i].staged; }
@@ -130,6 +133,7 @@ class Kernel {
 
   std::string op_name_;
   std::string what_;  // "op 'name'", the context of every error run() returns
+  std::string implementation_ = "hand-written";
   dnnl::engine engine_;
   std::vector<Arg> inputs_, outputs_;
   uint64_t shared_bytes_ = 0;
@@ -143,6 +147,7 @@ struct OpSetup {
   const Graph& graph;
   const Op& op;
   const dnnl::engine& engine;
+  const BackendOptions& options;
   std::vector<std::optional<Md>> in;   // stored layout of each input; nullopt = first use of a weight/state
   std::vector<std::optional<Md>> out;  // required layout of each output; nullopt = the kernel decides
 
