@@ -70,6 +70,9 @@ struct Case {
   const char* policy;
   ConvAlgorithm conv = ConvAlgorithm::kAuto;
 };
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.model << " with " << c.policy << ", convolutions " << to_string(c.conv);
+}
 
 class SwapIdentity : public ::testing::TestWithParam<Case> {};
 
