@@ -10,7 +10,7 @@ namespace ferry::cli {
 void add_backend_options(CLI::App* cmd, std::string& conv_algo) {
   cmd->add_option("--conv-algo", conv_algo,
                   "Convolution algorithm: auto (Winograd for 3x3 stride-1 layers with enough 4x4 output tiles per "
-                  "thread, direct elsewhere), direct (least scratch, smallest rounding error), or winograd (for every "
+                  "thread and a scratch under 1/32 of the iteration's tensor bytes, direct elsewhere), direct (least scratch, smallest rounding error), or winograd (for every "
                   "3x3 stride-1 layer oneDNN supports). See docs/backend-conventions.md")
       ->capture_default_str();
 }
