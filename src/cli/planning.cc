@@ -1,5 +1,7 @@
 #include "cli/planning.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "backend/backend.h"
@@ -20,23 +22,29 @@ Result<BackendOptions> parse_backend_options(const std::string& conv_algo) {
   return BackendOptions{.conv_algorithm = algo};
 }
 
+ConvKernelUse conv_kernel_use(const Graph& g, const CompiledGraph& compiled) {
+  ConvKernelUse use;
+  for (const Op& op : g.ops) {
+    if (op.type != OpType::kConv2d && op.type != OpType::kConvBwdData && op.type != OpType::kConvBwdWeights) continue;
+    ++use.kernels;
+    if (compiled.implementation(op.id).find("wino") == std::string::npos) continue;
+    ++use.winograd;
+    use.largest_winograd_scratch = std::max(use.largest_winograd_scratch, compiled.scratch_bytes(op.id));
+  }
+  return use;
+}
+
 Status with_conv_hint(Status s, const Graph& g, const BackendOptions& options) {
   if (s.code() != StatusCode::kOutOfMemory || options.conv_algorithm == ConvAlgorithm::kDirect) return s;
   Result<std::unique_ptr<Backend>> backend = make_backend("cpu", options);
   if (!backend.ok()) return s;
   Result<std::unique_ptr<CompiledGraph>> compiled = (*backend)->compile(g);
   if (!compiled.ok()) return s;
-  int convs = 0;
-  uint64_t largest = 0;
-  for (const Op& op : g.ops) {
-    if ((*compiled)->implementation(op.id).find("wino") == std::string::npos) continue;
-    ++convs;
-    largest = std::max(largest, (*compiled)->scratch_bytes(op.id));
-  }
-  if (convs == 0) return s;
+  const ConvKernelUse use = conv_kernel_use(g, **compiled);
+  if (use.winograd == 0) return s;
   return Status::OutOfMemory(fmt::format("{}. {} convolution kernels run as Winograd, with up to {} of scratch each; "
-                                      "--conv-algo direct needs less memory (and runs slower)",
-                                      s.message(), convs, format_bytes(largest)));
+                                         "--conv-algo direct needs less memory (and runs slower)",
+                                         s.message(), use.winograd, format_bytes(use.largest_winograd_scratch)));
 }
 
 Result<std::vector<uint64_t>> apply_backend_sizes(Graph& g, const BackendOptions& options) {

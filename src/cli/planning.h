@@ -20,6 +20,15 @@ void add_backend_options(CLI::App* cmd, std::string& conv_algo);
 // The backend options for what add_backend_options() collected. They never depend on the budget
 // or the policy: a plan must not change the numbers.
 Result<BackendOptions> parse_backend_options(const std::string& conv_algo);
+// How a compiled graph runs its convolutions: kernels in all, Winograd ones, and the largest
+// scratch of a Winograd kernel.
+struct ConvKernelUse {
+  int kernels = 0;
+  int winograd = 0;
+  uint64_t largest_winograd_scratch = 0;
+};
+ConvKernelUse conv_kernel_use(const Graph& g, const CompiledGraph& compiled);
+
 // `s` with a hint appended when it is OutOfMemory and `g` compiled with `options` runs some
 // convolutions as Winograd, whose scratch --conv-algo direct saves.
 Status with_conv_hint(Status s, const Graph& g, const BackendOptions& options);

@@ -121,12 +121,7 @@ int run_train(const TrainCliOptions& o) {
     }
     if (show_progress) progress(it + 1, o.iters, r->time_ms, r->loss);
   }
-  int conv_kernels = 0, winograd_kernels = 0;
-  for (const Op& op : e.graph().ops) {
-    if (op.type != OpType::kConv2d && op.type != OpType::kConvBwdData && op.type != OpType::kConvBwdWeights) continue;
-    ++conv_kernels;
-    if (e.compiled().implementation(op.id).find("wino") != std::string::npos) ++winograd_kernels;
-  }
+  const ConvKernelUse convs = conv_kernel_use(e.graph(), e.compiled());
   std::vector<double> times;
   for (const IterationStats& s : stats) times.push_back(s.time_ms);
   // The first iteration pays one-time costs (kernel JIT, first touches); leave it out when we can.
@@ -140,7 +135,7 @@ int run_train(const TrainCliOptions& o) {
     j["batch"] = g->info.batch;
     j["threads"] = omp_get_max_threads();
     j["conv_algorithm"] = std::string(to_string(backend_options->conv_algorithm));
-    j["winograd_kernels"] = winograd_kernels;
+    j["winograd_kernels"] = convs.winograd;
     j["data"] = (*data)->name();
     j["iterations"] = nlohmann::json::array();
     for (const IterationStats& s : stats)
@@ -163,9 +158,9 @@ int run_train(const TrainCliOptions& o) {
   std::printf("  device memory   peak %s of budget %s (predicted %s; weights+state %s)\n",
               format_bytes(e.peak_device_bytes()).c_str(), format_bytes(e.budget_bytes()).c_str(),
               format_bytes(e.required_bytes()).c_str(), format_bytes(e.persistent_region_bytes()).c_str());
-  if (conv_kernels > 0)
+  if (convs.kernels > 0)
     std::printf("  convolutions    %s: %d of %d kernels Winograd, the rest direct\n",
-                std::string(to_string(backend_options->conv_algorithm)).c_str(), winograd_kernels, conv_kernels);
+                std::string(to_string(backend_options->conv_algorithm)).c_str(), convs.winograd, convs.kernels);
   return 0;
 }
 
