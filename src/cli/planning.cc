@@ -12,8 +12,9 @@ namespace ferry::cli {
 void add_backend_options(CLI::App* cmd, std::string& conv_algo) {
   cmd->add_option("--conv-algo", conv_algo,
                   "Convolution algorithm: auto (Winograd for 3x3 stride-1 layers with enough 4x4 output tiles per "
-                  "thread and a scratch under 1/32 of the iteration's tensor bytes, direct elsewhere), direct (least scratch, smallest rounding error), or winograd (for every "
-                  "3x3 stride-1 layer oneDNN supports). See docs/backend-conventions.md")
+                  "thread and a scratch under 1/32 of the iteration's tensor bytes, direct elsewhere), direct (least "
+                  "scratch, smallest rounding error), or winograd (for every 3x3 stride-1 layer oneDNN supports). "
+                  "See docs/backend-conventions.md")
       ->capture_default_str();
 }
 
@@ -25,7 +26,7 @@ Result<BackendOptions> parse_backend_options(const std::string& conv_algo) {
 ConvKernelUse conv_kernel_use(const Graph& g, const CompiledGraph& compiled) {
   ConvKernelUse use;
   for (const Op& op : g.ops) {
-    if (op.type != OpType::kConv2d && op.type != OpType::kConvBwdData && op.type != OpType::kConvBwdWeights) continue;
+    if (op_class_of(op.type) != OpClass::kConv) continue;
     ++use.kernels;
     if (compiled.implementation(op.id).find("wino") == std::string::npos) continue;
     ++use.winograd;

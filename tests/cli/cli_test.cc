@@ -32,6 +32,13 @@ Output ferry(const std::string& args) {
 
 bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
+// Runs `ferry args` and expects exit code `code` with `says` in its output.
+void expect_failure(const std::string& args, int code, const std::string& says) {
+  Output o = ferry(args);
+  EXPECT_EQ(o.code, code) << args << ": " << o.out;
+  EXPECT_TRUE(has(o.out, says)) << args << ": expected '" << says << "' in: " << o.out;
+}
+
 std::string temp(const std::string& name) {
   return (std::filesystem::temp_directory_path() / ("ferry_cli_" + std::to_string(::getpid()) + "_" + name)).string();
 }
@@ -244,31 +251,18 @@ TEST(Cli, TrainConvAlgorithm) {
     EXPECT_GT(w["peak_device_bytes"].get<uint64_t>(), d["peak_device_bytes"].get<uint64_t>());
     // A budget that fits the direct plan but not Winograd's scratch: the error points at direct.
     const std::string budget = std::to_string(d["peak_device_bytes"].get<uint64_t>());
-    Output oom = ferry(base + " --conv-algo winograd --budget " + budget);
-    EXPECT_EQ(oom.code, 1) << oom.out;
-    EXPECT_TRUE(has(oom.out, "--conv-algo direct")) << oom.out;
+    expect_failure(base + " --conv-algo winograd --budget " + budget, 1, "--conv-algo direct");
   }
-  Output bad = ferry(base + " --conv-algo fft");
-  EXPECT_EQ(bad.code, 2) << bad.out;
-  EXPECT_TRUE(has(bad.out, "unknown convolution algorithm 'fft'")) << bad.out;
+  expect_failure(base + " --conv-algo fft", 2, "unknown convolution algorithm 'fft'");
 }
 
 TEST(Cli, TrainPolicyBadInputIsExitCode2) {
   const std::string base = "train --model resnet-mini --batch 2 --iters 1 --no-progress --budget 20MiB";
-  Output unknown = ferry(base + " --policy fifo");
-  EXPECT_EQ(unknown.code, 2) << unknown.out;
-  EXPECT_TRUE(has(unknown.out, "unknown policy 'fifo'")) << unknown.out;
-  Output ahead = ferry(base + " --policy lms --swapin-ahead 0");
-  EXPECT_EQ(ahead.code, 2) << ahead.out;
-  EXPECT_TRUE(has(ahead.out, "swapin_ahead")) << ahead.out;
-  Output limit = ferry(base + " --policy checkmate --checkmate-time-limit -1");
-  EXPECT_EQ(limit.code, 2) << limit.out;
-  EXPECT_TRUE(has(limit.out, "time limit")) << limit.out;
-  Output tier = ferry(base + " --policy vdnn-all --tier tape");
-  EXPECT_EQ(tier.code, 2) << tier.out;
-  Output no_budget = ferry("train --model resnet-mini --batch 2 --iters 1 --policy lru");
-  EXPECT_EQ(no_budget.code, 2) << no_budget.out;
-  EXPECT_TRUE(has(no_budget.out, "--budget")) << no_budget.out;
+  expect_failure(base + " --policy fifo", 2, "unknown policy 'fifo'");
+  expect_failure(base + " --policy lms --swapin-ahead 0", 2, "swapin_ahead");
+  expect_failure(base + " --policy checkmate --checkmate-time-limit -1", 2, "time limit");
+  expect_failure(base + " --policy vdnn-all --tier tape", 2, "unknown tier 'tape'");
+  expect_failure("train --model resnet-mini --batch 2 --iters 1 --policy lru", 2, "--budget");
 }
 
 // --find-min-budget gives a budget at which the same policy plans (and one byte less does not
