@@ -18,7 +18,7 @@
 
 #include <benchmark/benchmark.h>
 
-#include "runtime/allocator.h"
+#include "memory/offset_allocator.h"
 #include "common/host_region.h"
 
 namespace ferry {

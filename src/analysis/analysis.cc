@@ -9,7 +9,7 @@
 
 #include "analysis/analysis.h"
 #include "analysis/liveness.h"
-#include "analysis/sharing_plan.h"
+#include "memory/sharing_plan.h"
 
 namespace ferry {
 

@@ -34,6 +34,7 @@
 
 #include "common/status.h"
 #include "graph/graph.h"
+#include "memory/sharing_plan.h"
 
 namespace ferry {
 
@@ -61,22 +62,6 @@ struct TensorInfo {
   int32_t buffer = -1;
 };
 
-// One buffer of the memory-sharing plan (a merged group of in-place tensors, or one op's scratch).
-struct Buffer {
-  int32_t id = -1;
-  uint64_t bytes = 0;
-  OpId first_step = 0;   // live during [first_step, last_step], inclusive
-  OpId last_step = 0;
-  std::vector<TensorId> tensors;  // tensors stored here; empty for op scratch
-  OpId scratch_of = kNoOp;        // the op whose scratch this is, or kNoOp
-};
-
-struct MemoryPlan {
-  std::vector<uint64_t> offsets;  // offset of each Buffer inside the arena
-  uint64_t arena_bytes = 0;       // end of the highest placed buffer, aligned
-  uint64_t alignment = 64;
-};
-
 struct Analysis {
   std::vector<std::vector<TensorId>> step_inputs;  // per op: distinct tensors read, in input order
   std::vector<TensorInfo> tensors;                 // per tensor
@@ -102,11 +87,5 @@ struct Analysis {
 
 // Runs the whole analysis. The graph must validate. Errors: invalid graph, options size mismatch.
 Result<Analysis> analyze(const Graph& g, const AnalysisOptions& options = {});
-
-// Verifies an offset plan: every buffer placed, aligned, inside arena_bytes, and no two buffers
-// whose lifetimes overlap share any byte. Returns InvalidArgument naming the first conflict.
-Status check_memory_plan(const std::vector<Buffer>& buffers, const MemoryPlan& plan);
-// The same, naming tensors and scratch owners by their names in `g`.
-Status check_memory_plan(const Graph& g, const std::vector<Buffer>& buffers, const MemoryPlan& plan);
 
 }  // namespace ferry

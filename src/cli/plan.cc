@@ -245,7 +245,7 @@ int run_plan(const PlanOptions& o) {
                 r->iteration_us / 1e3, r->compute_busy_us / 1e3, r->recompute_us / 1e3, r->stall_us / 1e3);
     std::printf("  device peak %10s  (weights and optimizer state %s)\n", format_bytes(r->peak_device_bytes).c_str(),
                 format_bytes(r->persistent_bytes).c_str());
-    std::printf("  moved       d2h %s, h2d %s, ssd write %s, ssd read %s\n", format_bytes(r->bytes_d2h).c_str(),
+    std::printf("  moved       d2h %s, h2d %s, ssd_write %s, ssd_read %s\n", format_bytes(r->bytes_d2h).c_str(),
                 format_bytes(r->bytes_h2d).c_str(), format_bytes(r->bytes_ssd_write).c_str(),
                 format_bytes(r->bytes_ssd_read).c_str());
     for (size_t i = 0; i < std::min<size_t>(3, r->top_stalls.size()); ++i) {

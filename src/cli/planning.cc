@@ -56,8 +56,7 @@ Result<std::vector<uint64_t>> apply_backend_sizes(Graph& g, const BackendOptions
 }
 
 Result<Tier> parse_tier(const std::string& s) {
-  if (s == "host") return Tier::kHost;
-  if (s == "ssd") return Tier::kSsd;
+  if (std::optional<Tier> t = tier_from_string(s)) return *t;
   return Status::InvalidArgument(fmt::format("unknown tier '{}' (use host or ssd)", s));
 }
 

@@ -3,7 +3,7 @@
 // Note [Prefaulting]
 //   A fresh anonymous mapping costs a page fault per page on first touch. Paying that inside a
 //   training step would distort every op time the planner measures, so every region training
-//   uses (the runtime's DeviceArena and HostPool, the CPU backend's device memory) is faulted
+//   uses (the runtime's host tier, the CPU backend's device memory) is faulted
 //   once, at creation. Two ways, measured for 1 GiB on the 2-core development VM (THP mode
 //   "madvise"; bench/allocator_bench.cc, BM_RegionPrefault):
 //     - kPopulate, MAP_POPULATE: the kernel faults 4 KiB pages one by one on the calling thread;

@@ -8,8 +8,8 @@
 // - An anonymous mmap, 2 MiB-aligned and advised MADV_HUGEPAGE when it is at least 2 MiB, so that
 //   pre-faulting and training both see huge pages (fewer faults, fewer TLB misses). See
 //   Note [Prefaulting] in host_region.cc for the measured choice of method.
-// - Lives in common, below every module that needs memory of its own: the runtime's DeviceArena
-//   and HostPool (runtime/device_arena.h) and the CPU backend's device memory.
+// - Lives in common, below every module that needs memory of its own: the runtime's host tier
+//   (runtime/tiers.h) and the CPU backend's device memory.
 // - Move-only; the region is unmapped in the destructor.
 //
 // Usage:

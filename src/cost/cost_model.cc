@@ -52,20 +52,10 @@ OpClass op_class_of(OpType t) {
 
 std::string_view to_string(Link l) {
   switch (l) {
-    case Link::kHostToDevice: return "host_to_device";
-    case Link::kDeviceToHost: return "device_to_host";
+    case Link::kHostToDevice: return "h2d";
+    case Link::kDeviceToHost: return "d2h";
     case Link::kSsdRead: return "ssd_read";
     case Link::kSsdWrite: return "ssd_write";
-  }
-  return "?";
-}
-
-std::string_view to_string(TransferPath p) {
-  switch (p) {
-    case TransferPath::kDeviceToHost: return "device_to_host";
-    case TransferPath::kHostToDevice: return "host_to_device";
-    case TransferPath::kDeviceToSsd: return "device_to_ssd";
-    case TransferPath::kSsdToDevice: return "ssd_to_device";
   }
   return "?";
 }
@@ -123,16 +113,10 @@ std::vector<double> CostModel::op_times_us(const Graph& g) const {
   return out;
 }
 
-double CostModel::transfer_us(TransferPath p, uint64_t bytes) const {
-  switch (p) {
-    case TransferPath::kDeviceToHost: return link(Link::kDeviceToHost).time_us(bytes);
-    case TransferPath::kHostToDevice: return link(Link::kHostToDevice).time_us(bytes);
-    case TransferPath::kDeviceToSsd:
-      return link(Link::kDeviceToHost).time_us(bytes) + link(Link::kSsdWrite).time_us(bytes);
-    case TransferPath::kSsdToDevice:
-      return link(Link::kSsdRead).time_us(bytes) + link(Link::kHostToDevice).time_us(bytes);
-  }
-  return 0;
+double CostModel::transfer_us(Direction d, Tier tier, uint64_t bytes) const {
+  const double host_leg = link(d == Direction::kSwapOut ? Link::kDeviceToHost : Link::kHostToDevice).time_us(bytes);
+  if (tier == Tier::kHost) return host_leg;
+  return host_leg + link(d == Direction::kSwapOut ? Link::kSsdWrite : Link::kSsdRead).time_us(bytes);
 }
 
 }  // namespace ferry

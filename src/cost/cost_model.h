@@ -25,6 +25,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/transfer.h"
 #include "cost/profile.h"
 #include "graph/graph.h"
 
@@ -36,11 +37,9 @@ OpClass op_class_of(OpType t);
 // Hardware channels a copy occupies.
 enum class Link : uint8_t { kHostToDevice, kDeviceToHost, kSsdRead, kSsdWrite };
 inline constexpr size_t kNumLinks = 4;
+// "h2d", "d2h", "ssd_read", "ssd_write": the names of the simulator's copy streams and the
+// profiler's measured paths.
 std::string_view to_string(Link l);
-
-// End-to-end paths between the device and a tier.
-enum class TransferPath : uint8_t { kDeviceToHost, kHostToDevice, kDeviceToSsd, kSsdToDevice };
-std::string_view to_string(TransferPath p);
 
 // Time of one request on a link: latency_us + bytes / bytes_per_us.
 struct LinkCost {
@@ -86,8 +85,9 @@ class CostModel {
   double peak_flops(ComputeDType unit) const;
 
   LinkCost link(Link l) const { return links_[static_cast<size_t>(l)]; }
-  // latency + bytes / bandwidth summed over the path's legs.
-  double transfer_us(TransferPath p, uint64_t bytes) const;
+  // Time of one swap of `bytes` between the device and `tier`: latency + bytes / bandwidth summed
+  // over the path's legs (the SSD is reached through host memory, store and forward).
+  double transfer_us(Direction d, Tier tier, uint64_t bytes) const;
   // Whether a host->device and a device->host copy can run at the same time.
   bool copy_directions_concurrent() const { return profile_.host_link.concurrent_directions; }
 

@@ -14,7 +14,7 @@
 //   checkmate        Checkmate (Jain et al., MLSys 2020): optimal rematerialisation by MILP (CBC)
 //
 // Feasibility. A plan fits a budget when its device memory, as the simulator and the executor
-// place it (plan/placement.h: persistent region + statically placed blocks), is at most the
+// place it (schedule/placement.h: persistent region + statically placed blocks), is at most the
 // budget. Planners measure that exactly (they lower their schedule and place it; they never run
 // the simulator, which depends on this module). vdnn-*, lms and checkpoint-sqrt ignore the budget
 // when choosing what to move (as the papers do) and only check it; lru, capuchin and checkmate
@@ -36,7 +36,7 @@
 #include "common/status.h"
 #include "cost/cost_model.h"
 #include "graph/graph.h"
-#include "plan/schedule.h"
+#include "schedule/schedule.h"
 
 namespace ferry {
 

@@ -16,8 +16,8 @@
 //       = the stall its copies would cause, recompute overhead = the op times of its recompute
 //       chain (its producer plus every dropped ancestor it needs, as Capuchin's recompute
 //       sources); take the higher MSPS (recompute when the swap is impossible, and vice versa).
-// - Time-driven prefetch with feedback: after the plan fits, the light timing estimate
-//   (estimate_timing) finds swap-ins that still stall (copies queue behind each other on the
+// - Time-driven prefetch with feedback: after the plan fits, the simulator
+//   (simulate_for_planning) finds swap-ins that still stall (copies queue behind each other on the
 //   link), and moves their triggers one step earlier per round as long as the plan still fits,
 //   which is Capuchin's runtime feedback on in-trigger times done at plan time.
 // - The live-bytes measure counts bytes; the exact placement decides acceptance, and a plan that
@@ -201,8 +201,8 @@ class Capuchin {
   // other choice, else none). Returns the measure of the plan with the kept choice.
   Result<PlanMeasure> decide(TensorId t, const PlanMeasure& before) {
     const uint64_t bytes = g_.tensor(t).bytes;
-    const double out_us = swap_out_us(ctx_.cost, ctx_.tier, bytes);
-    const double in_us = swap_in_us(ctx_.cost, ctx_.tier, bytes);
+    const double out_us = ctx_.cost.transfer_us(Direction::kSwapOut, ctx_.tier, bytes);
+    const double in_us = ctx_.cost.transfer_us(Direction::kSwapIn, ctx_.tier, bytes);
     const OpId trigger = swap_in_trigger(t, in_us);
     const OpId producer = f_.producer[idx(t)];
     const double out_end = (producer == kNoOp ? 0 : start_us_[static_cast<size_t>(producer) + 1]) + out_us;
@@ -272,7 +272,7 @@ class Capuchin {
     for (int round = 0; round < kFeedbackRounds; ++round) {
       Result<Program> program = lower_schedule(g_, accepted.schedule, f_.program_options);
       if (!program.ok()) return Status::Internal(program.status().message());
-      const TimingEstimate e = estimate_timing(f_, *program, ctx_.cost);
+      FERRY_ASSIGN_OR_RETURN(SimResult e, simulate_for_planning(ctx_, f_, *program));
       std::vector<OpId> before = swap_in_at_;
       bool moved = false;
       for (const Tensor& t : g_.tensors) {

@@ -49,7 +49,7 @@
 #include <fmt/format.h>
 
 #include "common/units.h"
-#include "plan/placement.h"
+#include "schedule/placement.h"
 #include "plan/policy_common.h"
 
 #ifdef FERRY_HAVE_CBC

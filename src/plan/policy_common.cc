@@ -10,7 +10,7 @@
 #include <fmt/format.h>
 
 #include "common/units.h"
-#include "plan/placement.h"
+#include "schedule/placement.h"
 
 namespace ferry {
 
@@ -345,68 +345,17 @@ size_t close_recompute_sources(const PlanFacts& facts, std::vector<bool>& droppe
   return added;
 }
 
-double swap_out_us(const CostModel& cost, Tier tier, uint64_t bytes) {
-  return cost.transfer_us(tier == Tier::kHost ? TransferPath::kDeviceToHost : TransferPath::kDeviceToSsd, bytes);
-}
-
-double swap_in_us(const CostModel& cost, Tier tier, uint64_t bytes) {
-  return cost.transfer_us(tier == Tier::kHost ? TransferPath::kHostToDevice : TransferPath::kSsdToDevice, bytes);
-}
-
-TimingEstimate estimate_timing(const PlanFacts& facts, const Program& program, const CostModel& cost) {
-  const Graph& g = facts.g();
-  TimingEstimate e;
-  e.step_start_us.assign(program.num_steps, 0);
-  e.swap_in_wait_us.assign(g.tensors.size(), 0);
-  std::vector<double> ready(g.tensors.size(), 0), out_until(g.tensors.size(), 0);
-  std::vector<std::array<double, 2>> copy_ready(g.tensors.size(), {0, 0});
-  double now = 0, d2h = 0, h2d_own = 0;
-  double& h2d = cost.copy_directions_concurrent() ? h2d_own : d2h;
-  auto wait = [&](double until) {
-    if (until > now) {
-      e.stall_us += until - now;
-      now = until;
-    }
-  };
-  for (const Instruction& in : program.instructions) {
-    const size_t t = in.tensor == kNoTensor ? 0 : static_cast<size_t>(in.tensor);
-    switch (in.kind) {
-      case InstrKind::kRun: {
-        const Op& op = g.op(in.op);
-        double start = now;
-        TensorId waited_for = kNoTensor;
-        for (TensorId u : op.inputs)
-          if (ready[static_cast<size_t>(u)] > start) {
-            start = ready[static_cast<size_t>(u)];
-            waited_for = u;
-          }
-        if (waited_for != kNoTensor) e.swap_in_wait_us[static_cast<size_t>(waited_for)] += start - now;
-        wait(start);
-        if (!in.recompute) e.step_start_us[static_cast<size_t>(in.step)] = now;
-        now += facts.op_us[static_cast<size_t>(in.op)];
-        for (TensorId u : op.outputs) ready[static_cast<size_t>(u)] = now;
-        break;
-      }
-      case InstrKind::kSwapOut: {
-        const double start = std::max({d2h, now, ready[t]});
-        d2h = start + swap_out_us(cost, in.tier, in.bytes);
-        out_until[t] = d2h;
-        copy_ready[t][tier_index(in.tier)] = d2h;
-        break;
-      }
-      case InstrKind::kSwapIn: {
-        const double start = std::max({h2d, now, copy_ready[t][tier_index(in.tier)]});
-        h2d = start + swap_in_us(cost, in.tier, in.bytes);
-        ready[t] = h2d;
-        break;
-      }
-      case InstrKind::kRelease:
-      case InstrKind::kFree: wait(out_until[t]); break;
-      default: break;
-    }
-  }
-  e.iteration_us = std::max({now, d2h, h2d});
-  return e;
+Result<SimResult> simulate_for_planning(const PlanContext& ctx, const PlanFacts& facts, const Program& program) {
+  SimOptions so;
+  so.budget_bytes = 0;  // memory is judged by measure_schedule(); time does not depend on the budget
+  so.op_scratch_bytes = facts.program_options.op_scratch_bytes;
+  so.allow_inplace = facts.program_options.allow_inplace;
+  so.alignment = facts.alignment;
+  so.record_timeline = false;
+  so.record_waits = true;
+  Program unbudgeted = program;
+  unbudgeted.budget_bytes = 0;
+  return simulate_program(ctx.graph, unbudgeted, ctx.cost, so);
 }
 
 Schedule empty_schedule(const PlanContext& ctx, std::string_view policy) {

@@ -1,7 +1,7 @@
 // What the policies share (internal to src/plan): facts about the graph computed once, the exact
 // memory measure of a schedule, a byte-count estimate of live memory per step, the completion
-// pass that turns a policy's intent into a schedule lower_schedule accepts, and a light timing
-// estimate for the time-driven policies.
+// pass that turns a policy's intent into a schedule lower_schedule accepts, and the simulator's
+// timing for the time-driven policies.
 //
 // Design
 // - A policy states intent: which tensors leave the device and where (kSwapOut + kRelease, or
@@ -12,10 +12,10 @@
 //   became redundant (a swap-out to a tier that already holds a copy, a prefetch of a tensor that
 //   is on the device) and actions naming tensors that are dead by then. Policies stay short and
 //   cannot emit an illegal schedule by forgetting a prerequisite.
-// - Memory is judged as the executor places it (plan/placement.h): blocks with step-interval
+// - Memory is judged as the executor places it (schedule/placement.h): blocks with step-interval
 //   lifetimes. live_bytes_per_step() counts those blocks per step without placing them (cheap,
 //   used inside greedy loops); measure_schedule() also places them (exact, used to accept a plan).
-// - Nothing here runs the simulator (src/sim depends on this module).
+// - Time is judged by the simulator (src/sim), the same model `ferry plan` reports.
 #pragma once
 
 #include <cstdint>
@@ -28,8 +28,9 @@
 #include "cost/cost_model.h"
 #include "graph/graph.h"
 #include "plan/policies.h"
-#include "plan/program.h"
-#include "plan/schedule.h"
+#include "schedule/program.h"
+#include "schedule/schedule.h"
+#include "sim/simulator.h"
 
 namespace ferry {
 
@@ -87,21 +88,9 @@ Result<Schedule> complete_schedule(const PlanFacts& facts, Schedule intent);
 // (a per-tensor flag) and returns how many were added.
 size_t close_recompute_sources(const PlanFacts& facts, std::vector<bool>& dropped);
 
-// Light timing estimate of a program: the compute stream runs ops back to back, waiting for
-// swap-ins to land and for swap-outs before a release; copies queue FIFO on one stream per
-// direction (one shared stream when the link is half duplex); an SSD transfer is its whole path
-// on that stream. No SSD queue model: the simulator is the reference, this guides planners.
-struct TimingEstimate {
-  double iteration_us = 0;
-  double stall_us = 0;
-  std::vector<double> step_start_us;      // per step: when op i starts
-  std::vector<double> swap_in_wait_us;    // per tensor: total time ops waited for its swap-ins
-};
-TimingEstimate estimate_timing(const PlanFacts& facts, const Program& program, const CostModel& cost);
-
-// Time to move `bytes` between the device and `tier`, each direction.
-double swap_out_us(const CostModel& cost, Tier tier, uint64_t bytes);
-double swap_in_us(const CostModel& cost, Tier tier, uint64_t bytes);
+// The simulator's prediction of `program` (no timeline; per-step starts and per-tensor swap-in
+// waits recorded): the one timing model, shared with `ferry plan`.
+Result<SimResult> simulate_for_planning(const PlanContext& ctx, const PlanFacts& facts, const Program& program);
 
 // What one policy run produced: a complete schedule, its measure, and notes. `fits` compares
 // the measure with the budget (always true for an unlimited budget).

@@ -1,5 +1,5 @@
 // Executor: runs training iterations of a graph on a backend inside one device arena of a fixed
-// capacity (the budget), executing a Schedule (plan/schedule.h) lowered to a Program.
+// capacity (the budget), executing a Schedule (schedule/schedule.h) lowered to a Program.
 //
 // Design
 // - Measure first, then allocate (as ggml's graph allocator): the backend compiles the graph and
@@ -7,8 +7,8 @@
 //   runs on those sizes and produces the sharing plan; the arena is then allocated once at the
 //   budget. A budget below what the plan needs fails in create(), before any kernel runs, with a
 //   message that says how much is needed.
-// - The Schedule is lowered to a Program (plan/program.h) and every block of the program gets a
-//   static offset (plan/placement.h): [persistent region: weights and optimizer state | transient
+// - The Schedule is lowered to a Program (schedule/program.h) and every block of the program gets a
+//   static offset (schedule/placement.h): [persistent region: weights and optimizer state | transient
 //   blocks placed by the analysis' sharing planner]. The executor interprets the program,
 //   allocating each block at its offset through the same OffsetAllocator the simulator uses, so
 //   the measured peak is a real count of the bytes the allocator handed out. For the keep plan
@@ -25,10 +25,10 @@
 #include "common/status.h"
 #include "data/data.h"
 #include "graph/graph.h"
-#include "plan/placement.h"
-#include "plan/program.h"
-#include "plan/schedule.h"
-#include "runtime/allocator.h"
+#include "schedule/placement.h"
+#include "schedule/program.h"
+#include "schedule/schedule.h"
+#include "memory/offset_allocator.h"
 #include "runtime/ssd_tier.h"
 #include "runtime/tiers.h"
 #include "runtime/transfer_engine.h"

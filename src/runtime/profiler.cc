@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 
+#include "cost/cost_model.h"
 #include "common/units.h"
 #include "runtime/executor.h"
 
@@ -76,7 +77,7 @@ Result<std::vector<TransferSample>> measure_host_link(Backend& backend) {
         times.push_back(seconds_since(t0));
       }
       const double t = median(times);
-      out.push_back({dir == 0 ? "d2h" : "h2d", bytes, 1, static_cast<double>(bytes) / t, t * 1e6});
+      out.push_back({std::string(to_string(dir == 0 ? Link::kDeviceToHost : Link::kHostToDevice)), bytes, 1, static_cast<double>(bytes) / t, t * 1e6});
     }
   }
   backend.free(dev);
@@ -126,7 +127,7 @@ Result<std::vector<TransferSample>> measure_storage(const std::string& dir, uint
         if (error != 0)
           return Status::IoError(fmt::format("direct I/O {} of '{}' failed: {}", write ? "write" : "read", path,
                                              std::strerror(error)));
-        out.push_back({write ? "ssd_write" : "ssd_read", request, depth,
+        out.push_back({std::string(to_string(write ? Link::kSsdWrite : Link::kSsdRead)), request, depth,
                        static_cast<double>(count * request) / t, t * 1e6 / static_cast<double>(count) * depth});
       }
     }
@@ -152,7 +153,7 @@ HardwareProfile make_local_profile(const Graph& g, const OpProfile& ops, const s
   p.memory_capacity_bytes = 8ull << 30;
   // Bandwidth: the best rate among the largest requests (small copies hit the caches and would
   // overstate it); latency: the time of the smallest request.
-  auto best = [](const std::vector<TransferSample>& v, const std::string& path) {
+  auto best = [](const std::vector<TransferSample>& v, std::string_view path) {
     uint64_t largest = 0, smallest = ~uint64_t{0};
     for (const TransferSample& s : v)
       if (s.path == path) largest = std::max(largest, s.request_bytes), smallest = std::min(smallest, s.request_bytes);
@@ -166,13 +167,13 @@ HardwareProfile make_local_profile(const Graph& g, const OpProfile& ops, const s
     b.latency_us = lat;
     return b;
   };
-  const TransferSample d2h = best(link, "d2h"), h2d = best(link, "h2d");
+  const TransferSample d2h = best(link, to_string(Link::kDeviceToHost)), h2d = best(link, to_string(Link::kHostToDevice));
   p.memory_bandwidth_bytes_per_s = std::max(2 * std::max(d2h.bytes_per_s, h2d.bytes_per_s), 1e9);
   p.host_link.name = "memcpy between the device arena and the host pool (RAM to RAM), measured";
   p.host_link.device_to_host = {std::max(d2h.bytes_per_s, 1.0), 1.0, d2h.latency_us};
   p.host_link.host_to_device = {std::max(h2d.bytes_per_s, 1.0), 1.0, h2d.latency_us};
   p.host_link.concurrent_directions = false;  // two memcpy threads share the memory bus and 2 cores
-  const TransferSample rd = best(storage, "ssd_read"), wr = best(storage, "ssd_write");
+  const TransferSample rd = best(storage, to_string(Link::kSsdRead)), wr = best(storage, to_string(Link::kSsdWrite));
   p.storage.name = "local disk, direct I/O, measured";
   p.storage.read_bytes_per_s = std::max(rd.bytes_per_s, 1.0);
   p.storage.write_bytes_per_s = std::max(wr.bytes_per_s, 1.0);

@@ -28,7 +28,7 @@ Result<OpProfile> profile_ops(const Graph& g, Backend& backend, DataSource& data
                               uint64_t seed);
 
 struct TransferSample {
-  std::string path;          // "d2h", "h2d", "ssd_write", "ssd_read"
+  std::string path;          // a Link: "d2h", "h2d", "ssd_write", "ssd_read"
   uint64_t request_bytes = 0;
   int queue_depth = 1;
   double bytes_per_s = 0;

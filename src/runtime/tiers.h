@@ -7,7 +7,7 @@
 //   class: an OffsetAllocator over the tier's capacity (the same best-fit allocator as the device
 //   arena, so out-of-space reports have the same numbers), one slot per tensor, counters, and the
 //   optional checksum. A medium only moves bytes: store() and load() (the virtual hooks below).
-// - One copy per tensor per tier, as the Program's rules have it (plan/program.h): a copy is made
+// - One copy per tensor per tier, as the Program's rules have it (schedule/program.h): a copy is made
 //   by a swap-out, survives any number of swap-ins, and is dropped with release(). reserve()
 //   refuses a second slot for a tensor that has one.
 // - Device memory is opaque (backend/device_ptr.h), so a tier moves device bytes only through
@@ -45,9 +45,9 @@
 #include "backend/device_ptr.h"
 #include "common/host_region.h"
 #include "common/status.h"
+#include "common/transfer.h"
 #include "graph/graph.h"
-#include "plan/schedule.h"
-#include "runtime/allocator.h"
+#include "memory/offset_allocator.h"
 #include "runtime/checksum.h"
 
 namespace ferry {

@@ -9,14 +9,6 @@
 
 namespace ferry {
 
-std::string_view to_string(TransferKind k) {
-  switch (k) {
-    case TransferKind::kSwapOut: return "swap-out";
-    case TransferKind::kSwapIn: return "swap-in";
-  }
-  return "?";
-}
-
 Result<std::unique_ptr<TransferEngine>> TransferEngine::create(Backend& backend, TransferEngineOptions options) {
   std::unique_ptr<TransferEngine> engine(new TransferEngine(backend, std::move(options)));
   try {
@@ -80,7 +72,7 @@ TransferTicket TransferEngine::swap_out(TensorId tensor, DevicePtr src, uint64_t
     return {};
   }
   Job job;
-  job.kind = TransferKind::kSwapOut;
+  job.direction = Direction::kSwapOut;
   job.tier = &tier;
   job.slot = *slot;
   job.device = src;
@@ -102,7 +94,7 @@ TransferTicket TransferEngine::swap_in(TensorId tensor, DevicePtr dst, uint64_t 
     return {};
   }
   Job job;
-  job.kind = TransferKind::kSwapIn;
+  job.direction = Direction::kSwapIn;
   job.tier = &tier;
   job.slot = *slot;
   job.device = dst;
@@ -167,15 +159,15 @@ void TransferEngine::worker(int queue) {
     Status st;
     if (!skip) {
       lock.unlock();
-      st = job.kind == TransferKind::kSwapOut ? job.tier->write(job.slot, backend_, job.device)
+      st = job.direction == Direction::kSwapOut ? job.tier->write(job.slot, backend_, job.device)
                                               : job.tier->read(job.slot, backend_, job.device);
       lock.lock();
     }
     const double end_us = now_us();
-    if (!st.ok()) fail(st.with_context(std::string(to_string(job.kind))));
+    if (!st.ok()) fail(st.with_context(std::string(to_string(job.direction))));
     const bool ok = !skip && st.ok();
     if (ok) {
-      if (job.kind == TransferKind::kSwapOut) {
+      if (job.direction == Direction::kSwapOut) {
         ++stats_.swap_outs;
         stats_.bytes_out += job.slot.bytes;
         stats_.out_busy_us += end_us - start_us;
@@ -187,7 +179,7 @@ void TransferEngine::worker(int queue) {
     }
     if (options_.keep_records)
       records_.push_back(TransferRecord{.ticket = {(job.sequence << 1) | static_cast<uint64_t>(queue)},
-                                        .kind = job.kind,
+                                        .direction = job.direction,
                                         .tensor = job.slot.tensor,
                                         .tier = job.tier->name(),
                                         .bytes = job.slot.bytes,

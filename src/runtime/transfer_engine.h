@@ -65,9 +65,6 @@
 
 namespace ferry {
 
-enum class TransferKind : uint8_t { kSwapOut, kSwapIn };
-std::string_view to_string(TransferKind k);
-
 // An issued transfer. The null ticket (id 0) stands for no transfer, or for one the engine refused
 // because an earlier transfer failed; it is always done, and waiting on it returns the engine's
 // status.
@@ -80,7 +77,7 @@ struct TransferTicket {
 // One completed (or skipped) transfer. Times are microseconds since the engine's epoch.
 struct TransferRecord {
   TransferTicket ticket;
-  TransferKind kind = TransferKind::kSwapOut;
+  Direction direction = Direction::kSwapOut;
   TensorId tensor = kNoTensor;
   std::string tier;
   uint64_t bytes = 0;
@@ -147,7 +144,7 @@ class TransferEngine {
   static constexpr int kIn = 1;
   struct Job {
     uint64_t sequence = 0;
-    TransferKind kind = TransferKind::kSwapOut;
+    Direction direction = Direction::kSwapOut;
     SwapTier* tier = nullptr;
     SwapSlot slot;
     DevicePtr device{};

@@ -14,7 +14,7 @@
 #include <fmt/format.h>
 
 #include "common/units.h"
-#include "plan/placement.h"
+#include "schedule/placement.h"
 
 namespace ferry {
 
@@ -66,6 +66,10 @@ class Simulation {
     ssd_write_.link = cost.link(Link::kSsdWrite);
     ssd_read_.link = cost.link(Link::kSsdRead);
     r_.budget_bytes = capacity == kUnlimitedBytes ? 0 : capacity;
+    if (o.record_waits) {
+      r_.step_start_us.assign(p.num_steps, 0.0);
+      r_.swap_in_wait_us.assign(g.tensors.size(), 0.0);
+    }
   }
 
   // Runs the program; returns the result, and sets `failure` at the first failed allocation.
@@ -97,6 +101,7 @@ class Simulation {
     const double wait = until - now_;
     r_.stall_us += wait;
     ++r_.num_stalls;
+    if (o_.record_waits && reason == StallReason::kWaitSwapIn) r_.swap_in_wait_us[static_cast<size_t>(t)] += wait;
     stalls_.push_back({reason, step, op, t, {}, {}, now_, wait});
     if (timeline())
       r_.events.push_back({SimStream::kCompute, EventKind::kStall,
@@ -122,7 +127,7 @@ class Simulation {
   }
 
   bool allocate(size_t k, const Instruction& in, std::optional<SimFailure>& failure, uint64_t& offset) {
-    // Every block goes where the static placement put it (plan/placement.h), as in the executor.
+    // Every block goes where the static placement put it (schedule/placement.h), as in the executor.
     const uint64_t at = placement_.offset[k];
     if (!alloc_.allocate_at(at, in.bytes)) {
       const AllocatorStats st = alloc_.stats();
@@ -218,6 +223,7 @@ class Simulation {
         reason = StallReason::kWaitSwapOut;
       }
     if (waited_for != kNoTensor) stall(reason, in.step, op.id, waited_for, start);
+    if (o_.record_waits && !in.recompute) r_.step_start_us[static_cast<size_t>(in.step)] = now_;
     const double dur = op_us_[static_cast<size_t>(op.id)];
     const double end = now_ + dur;
     for (TensorId t : op.outputs) ts(t).ready_us = end;
@@ -325,10 +331,10 @@ class Simulation {
 std::string_view to_string(SimStream s) {
   switch (s) {
     case SimStream::kCompute: return "compute";
-    case SimStream::kDeviceToHost: return "d2h";
-    case SimStream::kHostToDevice: return "h2d";
-    case SimStream::kSsdWrite: return "ssd write";
-    case SimStream::kSsdRead: return "ssd read";
+    case SimStream::kDeviceToHost: return to_string(Link::kDeviceToHost);
+    case SimStream::kHostToDevice: return to_string(Link::kHostToDevice);
+    case SimStream::kSsdWrite: return to_string(Link::kSsdWrite);
+    case SimStream::kSsdRead: return to_string(Link::kSsdRead);
   }
   return "?";
 }
@@ -384,7 +390,7 @@ Result<SimResult> simulate_program(const Graph& g, const Program& program, const
     failure->required_bytes = r.peak_device_bytes;
     r.feasible = false;
     const AllocationFailure& a = failure->allocation;
-    // Blocks sit at static offsets (plan/placement.h), so an allocation fails only where its
+    // Blocks sit at static offsets (schedule/placement.h), so an allocation fails only where its
     // block reaches past the budget.
     r.reason = fmt::format(
         "does not fit in {} ({} bytes): the plan needs {} ({} bytes) of device memory; the first block past the "

@@ -2,7 +2,7 @@
 // Schedule on a hardware profile, before anything runs.
 //
 // Model
-// - The schedule is lowered to a Program (plan/program.h), the instruction list the executor
+// - The schedule is lowered to a Program (schedule/program.h), the instruction list the executor
 //   runs too. Memory follows it exactly: device memory is an OffsetAllocator (the runtime's own
 //   class) of capacity = the budget, and every kAlloc/kFree/kRelease/scratch instruction is
 //   applied in program order, so fragmentation is modelled, and peaks equal the runtime's.
@@ -10,7 +10,7 @@
 //     compute       ops and recomputes; it also issues every instruction (see below)
 //     d2h, h2d      one copy stream per direction. When the profile says both directions cannot
 //                   run at once they share one channel: a copy waits for the other direction too.
-//     ssd write, ssd read
+//     ssd_write, ssd_read
 //                   queues with `ssd_queue_depth` requests in flight. A request pays its latency
 //                   in parallel with the others in flight, but its data phase uses the SSD's
 //                   bandwidth exclusively, so queue depth hides latency and never multiplies
@@ -50,9 +50,9 @@
 #include "common/status.h"
 #include "cost/cost_model.h"
 #include "graph/graph.h"
-#include "plan/program.h"
-#include "plan/schedule.h"
-#include "runtime/allocator.h"
+#include "schedule/program.h"
+#include "schedule/schedule.h"
+#include "memory/offset_allocator.h"
 
 namespace ferry {
 
@@ -64,6 +64,7 @@ struct SimOptions {
   uint64_t alignment = OffsetAllocator::kDefaultAlignment;  // the runtime's device alignment
   int32_t ssd_queue_depth = 0;    // requests in flight per SSD queue; 0 = the profile's queue_depth
   bool record_timeline = true;    // fill SimResult::events and ::memory
+  bool record_waits = false;      // fill SimResult::step_start_us and ::swap_in_wait_us (planners)
   size_t max_top_stalls = 10;     // how many of the longest stalls to keep
 };
 
@@ -156,6 +157,10 @@ struct SimResult {
   std::vector<Stall> top_stalls;     // the longest, longest first
 
   size_t num_instructions = 0;
+  // record_waits only: when each step's op starts (not its recomputes), and per tensor the total
+  // time ops and recomputes waited for its swap-ins to land.
+  std::vector<double> step_start_us;
+  std::vector<double> swap_in_wait_us;
   std::vector<SimEvent> events;      // by start time per stream; empty unless record_timeline
   std::vector<MemorySample> memory;  // in program order; empty unless record_timeline
 };

@@ -13,7 +13,7 @@
 namespace ferry {
 
 // The trace as Chrome's JSON trace event format: one process ("ferry sim: MODEL on DEVICE"),
-// one thread per stream (compute, d2h, h2d, ssd write, ssd read) holding complete ("X") events,
+// one thread per stream (compute, d2h, h2d, ssd_write, ssd_read) holding complete ("X") events,
 // stalls as events on the compute thread, a counter track "device memory" (bytes in use and the
 // allocator's high-water mark), and for an infeasible plan an instant event "out of memory" where
 // the allocation failed. Times are microseconds, as the format expects; `otherData` carries the

@@ -11,7 +11,7 @@
 
 #include "analysis/analysis.h"
 #include "analysis/analysis_test_util.h"
-#include "analysis/sharing_plan.h"
+#include "memory/sharing_plan.h"
 
 namespace ferry {
 namespace {

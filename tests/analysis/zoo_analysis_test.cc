@@ -9,7 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "analysis/analysis.h"
-#include "analysis/sharing_plan.h"
+#include "memory/sharing_plan.h"
 #include "graph/zoo/zoo.h"
 
 namespace ferry {

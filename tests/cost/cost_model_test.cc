@@ -130,12 +130,12 @@ TEST(CostModelTest, MeasuredTimeWinsUnlessDisabled) {
 TEST(CostModelTest, TransferTimeIsLatencyPlusBytesOverEffectiveBandwidth) {
   const CostModel cost(round_profile());
   // Host link: nominal 2e9 B/s at efficiency 0.5 = 1000 B/us, 10 us latency.
-  EXPECT_DOUBLE_EQ(cost.transfer_us(TransferPath::kHostToDevice, 1000000), 10 + 1000);
-  EXPECT_DOUBLE_EQ(cost.transfer_us(TransferPath::kDeviceToHost, 0), 10);
+  EXPECT_DOUBLE_EQ(cost.transfer_us(Direction::kSwapIn, Tier::kHost, 1000000), 10 + 1000);
+  EXPECT_DOUBLE_EQ(cost.transfer_us(Direction::kSwapOut, Tier::kHost, 0), 10);
   // Through the host to the SSD: d2h, then write at 250 B/us + 50 us.
-  EXPECT_DOUBLE_EQ(cost.transfer_us(TransferPath::kDeviceToSsd, 1000000), (10 + 1000) + (50 + 4000));
+  EXPECT_DOUBLE_EQ(cost.transfer_us(Direction::kSwapOut, Tier::kSsd, 1000000), (10 + 1000) + (50 + 4000));
   // Back: read at 500 B/us + 100 us, then h2d.
-  EXPECT_DOUBLE_EQ(cost.transfer_us(TransferPath::kSsdToDevice, 1000000), (100 + 2000) + (10 + 1000));
+  EXPECT_DOUBLE_EQ(cost.transfer_us(Direction::kSwapIn, Tier::kSsd, 1000000), (100 + 2000) + (10 + 1000));
   EXPECT_DOUBLE_EQ(cost.link(Link::kSsdRead).bytes_per_us, 500);
   EXPECT_TRUE(cost.copy_directions_concurrent());
 }

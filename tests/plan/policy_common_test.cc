@@ -1,10 +1,10 @@
 // The machinery the policies share: completion of an intent into a legal schedule, the byte
-// count per step against the placement it stands for, and the light timing estimate.
+// count per step against the placement it stands for, and the simulator as the planners call it.
 #include "plan/policy_common.h"
 
 #include <gtest/gtest.h>
 
-#include "analysis/sharing_plan.h"
+#include "memory/sharing_plan.h"
 #include "graph/zoo/zoo.h"
 #include "plan/policy_test_util.h"
 
@@ -139,7 +139,7 @@ TEST(PolicyCommonTest, LiveBytesPerStepBoundTheArenaAsPlacementCountsThem) {
   }
 }
 
-TEST(PolicyCommonTest, TimingEstimateChargesALateSwapInAsAStall) {
+TEST(PolicyCommonTest, PlanningTimingChargesALateSwapInAsAStall) {
   Fixture f;
   Schedule s = f.intent();
   // a2 (4096 bytes: 10 + 4.096 us each way) is swapped in right before b3 reads it: b3 waits
@@ -149,10 +149,11 @@ TEST(PolicyCommonTest, TimingEstimateChargesALateSwapInAsAStall) {
   add_before(s, f.c.backward[3], swap_in_action(f.c.a[2], Tier::kHost));
   Result<Program> late = lower_schedule(f.c.g(), f.complete(s), f.facts.program_options);
   ASSERT_TRUE(late.ok());
-  const TimingEstimate e_late = estimate_timing(f.facts, *late, f.cost);
-  const double copy_us = swap_in_us(f.cost, Tier::kHost, 4096);
+  Result<SimResult> e_late = simulate_for_planning(f.ctx, f.facts, *late);
+  ASSERT_TRUE(e_late.ok()) << e_late.status().message();
+  const double copy_us = f.cost.transfer_us(Direction::kSwapIn, Tier::kHost, 4096);
   EXPECT_NEAR(copy_us, 10 + 4096 / 1000.0, 1e-9);
-  EXPECT_NEAR(e_late.swap_in_wait_us[static_cast<size_t>(f.c.a[2])], copy_us, 1e-9);
+  EXPECT_NEAR(e_late->swap_in_wait_us[static_cast<size_t>(f.c.a[2])], copy_us, 1e-9);
 
   Schedule early = f.intent();
   add_after(early, f.c.forward[2], swap_out_action(f.c.a[2], Tier::kHost));
@@ -160,9 +161,10 @@ TEST(PolicyCommonTest, TimingEstimateChargesALateSwapInAsAStall) {
   add_before(early, f.c.backward[3] - 1, swap_in_action(f.c.a[2], Tier::kHost));  // before loss_bwd (1 us)
   Result<Program> p = lower_schedule(f.c.g(), f.complete(early), f.facts.program_options);
   ASSERT_TRUE(p.ok());
-  const TimingEstimate e = estimate_timing(f.facts, *p, f.cost);
-  EXPECT_NEAR(e.swap_in_wait_us[static_cast<size_t>(f.c.a[2])], copy_us - 1.0, 1e-9);
-  EXPECT_NEAR(e_late.iteration_us - e.iteration_us, 1.0, 1e-9);
+  Result<SimResult> e = simulate_for_planning(f.ctx, f.facts, *p);
+  ASSERT_TRUE(e.ok()) << e.status().message();
+  EXPECT_NEAR(e->swap_in_wait_us[static_cast<size_t>(f.c.a[2])], copy_us - 1.0, 1e-9);
+  EXPECT_NEAR(e_late->iteration_us - e->iteration_us, 1.0, 1e-9);
 }
 
 }  // namespace

@@ -15,11 +15,11 @@
 #include "cost/cost_model.h"
 #include "cost/test_profile.h"
 #include "graph/graph.h"
-#include "plan/hand_graph.h"
-#include "plan/placement.h"
+#include "schedule/hand_schedule.h"
+#include "schedule/placement.h"
 #include "plan/policies.h"
-#include "plan/program.h"
-#include "plan/schedule.h"
+#include "schedule/program.h"
+#include "schedule/schedule.h"
 
 namespace ferry::policy_test {
 

@@ -64,7 +64,7 @@ void expect_fifo_and_ordered_times(const std::vector<TransferRecord>& records) {
   double last_end[2] = {-1, -1};
   uint64_t last_ticket[2] = {0, 0};
   for (const TransferRecord& r : records) {
-    const int q = r.kind == TransferKind::kSwapOut ? 0 : 1;
+    const int q = r.direction == Direction::kSwapOut ? 0 : 1;
     EXPECT_LE(r.issue_us, r.start_us);
     EXPECT_LE(r.start_us, r.end_us);
     EXPECT_GE(r.start_us, last_end[q]) << "a queue ran two transfers at once";
@@ -109,7 +109,7 @@ TEST_P(TransferEngineTest, EverySwappedByteComesBack) {
   for (const TransferRecord& r : records) {
     EXPECT_TRUE(r.ok);
     EXPECT_EQ(r.tier, tier->name());
-    (r.kind == TransferKind::kSwapOut ? out_bytes : in_bytes) += r.bytes;
+    (r.direction == Direction::kSwapOut ? out_bytes : in_bytes) += r.bytes;
   }
   EXPECT_EQ(out_bytes, set.total_bytes());
   EXPECT_EQ(in_bytes, set.total_bytes());
@@ -256,7 +256,7 @@ TEST_P(TransferEngineFaultTest, SsdFaultSurfacesAtWaitAndStopsTheEngine) {
   Status st = engine->wait(outs[3]);
   ASSERT_FALSE(st.ok());
   EXPECT_EQ(st.code(), StatusCode::kIoError);
-  EXPECT_NE(st.message().find("swap-out: ssd tier:"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("swap_out: ssd tier:"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find("tensor 3"), std::string::npos) << st.message();
   EXPECT_NE(st.message().find(dir.path()), std::string::npos) << st.message();  // names the file
   EXPECT_EQ(engine->drain().message(), st.message());

@@ -13,9 +13,9 @@
 #include "analysis/analysis.h"
 #include "cost/test_profile.h"
 #include "graph/zoo/zoo.h"
-#include "plan/hand_graph.h"
-#include "plan/placement.h"
-#include "runtime/allocator.h"
+#include "schedule/hand_schedule.h"
+#include "schedule/placement.h"
+#include "memory/offset_allocator.h"
 
 namespace ferry {
 namespace {
@@ -331,7 +331,7 @@ TEST(SimulatorTest, InfeasibleBudgetNamesTheStepTensorAndTheNeededBytes) {
   const SimResult r = must_simulate(s.g(), s.plan(), round_cost(), tight);
   EXPECT_FALSE(r.feasible);
   ASSERT_TRUE(r.failure.has_value());
-  // Blocks sit at their static offsets (plan/placement.h): the first allocation whose block
+  // Blocks sit at their static offsets (schedule/placement.h): the first allocation whose block
   // reaches past the budget fails, and the reason names it.
   ASSERT_NE(r.failure->tensor, kNoTensor);
   EXPECT_EQ(r.failure->allocation.requested_bytes, s.g().tensor(r.failure->tensor).bytes);

@@ -1,4 +1,4 @@
-// Helpers shared by the plan and sim tests: graphs written by hand (common/hand_graph.h),
+// Helpers shared by the schedule, sim and plan tests: graphs written by hand (common/hand_graph.h),
 // schedules built action by action, and a compact view of a Program to compare against
 // instruction lists written by hand.
 #pragma once
@@ -14,8 +14,8 @@
 
 #include "common/hand_graph.h"
 #include "graph/graph.h"
-#include "plan/program.h"
-#include "plan/schedule.h"
+#include "schedule/program.h"
+#include "schedule/schedule.h"
 
 namespace ferry::plan_test {
 

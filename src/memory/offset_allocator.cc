@@ -1,4 +1,4 @@
-#include "runtime/allocator.h"
+#include "memory/offset_allocator.h"
 
 #include <algorithm>
 #include <iterator>

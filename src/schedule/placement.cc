@@ -1,8 +1,8 @@
-#include "plan/placement.h"
+#include "schedule/placement.h"
 
 #include <fmt/format.h>
 
-#include "analysis/sharing_plan.h"
+#include "memory/sharing_plan.h"
 #include "common/units.h"
 
 namespace ferry {

@@ -33,7 +33,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-#include "runtime/allocator.h"
+#include "memory/offset_allocator.h"
 
 namespace ferry::test {
 

@@ -1,6 +1,6 @@
 // The policies' plans in the simulator: a plan that a planner says fits a budget is feasible in
 // the simulator at that budget, and the simulator's device peak equals the planner's measure
-// (both place the program the same way, plan/placement.h).
+// (both place the program the same way, schedule/placement.h).
 #include <string>
 
 #include <gtest/gtest.h>

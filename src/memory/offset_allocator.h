@@ -1,9 +1,10 @@
 // OffsetAllocator: best-fit allocation of offsets inside an abstract address range [0, capacity).
 //
 // Design
-// - It owns no memory and hands out offsets only. The runtime adds them to an arena's base
-//   (device_arena.h); the simulator runs this very code to predict fragmentation, so what the
-//   simulator predicts is what the runtime does.
+// - It owns no memory and hands out offsets only. The runtime adds them to its arena's base (the
+//   device region, the host tier's region); the simulator runs this very code to predict
+//   fragmentation, so what the simulator predicts is what the runtime does. It lives in
+//   src/memory, below both, and depends on neither.
 // - Free blocks are indexed twice, as in PyTorch's caching allocator: by (size, offset) in a
 //   std::set, so best fit is one lower_bound, and by offset in a std::map, so a freed block finds
 //   its neighbours and merges with them. Free blocks are therefore always maximal: no two touch.

@@ -8,7 +8,7 @@
 //   order inside a step and so never lets two blocks that coexist share bytes.
 // - Persistent tensors (weights, optimizer state) are laid out first, in tensor-id order, each at
 //   an aligned offset: the persistent region [0, persistent_region_bytes).
-// - The other blocks are placed by the analysis' memory-sharing planner (analysis/sharing_plan.h)
+// - The other blocks are placed by the analysis' memory-sharing planner (memory/sharing_plan.h)
 //   after the persistent region. For the keep plan (policy none) these blocks are exactly the
 //   analysis' buffers, so the placement equals the analysis' static plan byte for byte.
 // - The executor and the simulator both allocate at these offsets (OffsetAllocator::allocate_at),
@@ -21,7 +21,7 @@
 #include "analysis/analysis.h"
 #include "common/status.h"
 #include "graph/graph.h"
-#include "plan/program.h"
+#include "schedule/program.h"
 
 namespace ferry {
 

@@ -1,4 +1,4 @@
-#include "plan/program.h"
+#include "schedule/program.h"
 
 #include <map>
 #include <string>
@@ -8,7 +8,7 @@
 
 #include "analysis/analysis.h"
 #include "graph/zoo/zoo.h"
-#include "plan/hand_graph.h"
+#include "schedule/hand_schedule.h"
 
 namespace ferry {
 namespace {

@@ -20,7 +20,7 @@
 
 #include <fmt/format.h>
 
-#include "analysis/analysis.h"
+#include "memory/sharing_plan.h"
 
 namespace ferry {
 

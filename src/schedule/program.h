@@ -55,7 +55,7 @@
 
 #include "common/status.h"
 #include "graph/graph.h"
-#include "plan/schedule.h"
+#include "schedule/schedule.h"
 
 namespace ferry {
 

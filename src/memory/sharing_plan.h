@@ -11,9 +11,26 @@
 #include <string_view>
 #include <vector>
 
-#include "analysis/analysis.h"
+#include "common/status.h"
+#include "graph/graph.h"
 
 namespace ferry {
+
+// One buffer of the memory-sharing plan (a merged group of in-place tensors, or one op's scratch).
+struct Buffer {
+  int32_t id = -1;
+  uint64_t bytes = 0;
+  OpId first_step = 0;   // live during [first_step, last_step], inclusive
+  OpId last_step = 0;
+  std::vector<TensorId> tensors;  // tensors stored here; empty for op scratch
+  OpId scratch_of = kNoOp;        // the op whose scratch this is, or kNoOp
+};
+
+struct MemoryPlan {
+  std::vector<uint64_t> offsets;  // offset of each Buffer inside the arena
+  uint64_t arena_bytes = 0;       // end of the highest placed buffer, aligned
+  uint64_t alignment = 64;
+};
 
 // The order in which the greedy planner visits buffers. No order is best on every graph, so
 // plan_memory_sharing() tries several.
@@ -48,5 +65,12 @@ MemoryPlan plan_memory_sharing(const std::vector<Buffer>& buffers, uint64_t alig
 // step. With aligned offsets no arena can be smaller (two aligned buffers cannot share a padding
 // tail), so this is the bound the planner is judged against.
 uint64_t aligned_live_lower_bound(const std::vector<Buffer>& buffers, uint64_t alignment);
+
+
+// Verifies an offset plan: every buffer placed, aligned, inside arena_bytes, and no two buffers
+// whose lifetimes overlap share any byte. Returns InvalidArgument naming the first conflict.
+Status check_memory_plan(const std::vector<Buffer>& buffers, const MemoryPlan& plan);
+// The same, naming tensors and scratch owners by their names in `g`.
+Status check_memory_plan(const Graph& g, const std::vector<Buffer>& buffers, const MemoryPlan& plan);
 
 }  // namespace ferry

@@ -25,11 +25,10 @@
 #include <string>
 #include <vector>
 
+#include "common/transfer.h"
 #include "graph/graph.h"
 
 namespace ferry {
-
-enum class Tier : uint8_t { kHost, kSsd };
 
 enum class ActionKind : uint8_t { kSwapOut, kRelease, kSwapIn, kRecompute };
 
@@ -62,6 +61,5 @@ struct Schedule {
 };
 
 std::string_view to_string(ActionKind k);
-std::string_view to_string(Tier t);
 
 }  // namespace ferry

@@ -1,4 +1,4 @@
-#include "runtime/allocator.h"
+#include "memory/offset_allocator.h"
 
 #include <cstdint>
 #include <map>
@@ -10,7 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "common/units.h"
-#include "runtime/allocator_invariants.h"
+#include "memory/allocator_invariants.h"
 
 namespace ferry {
 namespace {

@@ -51,7 +51,7 @@
 //   contains a or b and lies on one of the two paths (X is in stored(d)). Soundness follows from
 //   the two invariants. Each add and query touches O(log steps) nodes.
 
-#include "analysis/sharing_plan.h"
+#include "memory/sharing_plan.h"
 
 #include <algorithm>
 #include <array>

@@ -9,7 +9,7 @@
 // - Deaths are decided from pass 1 alone, so where a tensor is freed never depends on timing or
 //   on the order the interpreters happen to process things in.
 
-#include "plan/program.h"
+#include "schedule/program.h"
 
 #include <algorithm>
 #include <array>

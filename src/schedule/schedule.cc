@@ -1,4 +1,4 @@
-#include "plan/schedule.h"
+#include "schedule/schedule.h"
 
 namespace ferry {
 
@@ -12,6 +12,5 @@ std::string_view to_string(ActionKind k) {
   return "?";
 }
 
-std::string_view to_string(Tier t) { return t == Tier::kHost ? "host" : "ssd"; }
 
 }  // namespace ferry
