@@ -3,9 +3,9 @@
 //
 // Model
 // - The schedule is lowered to a Program (schedule/program.h), the instruction list the executor
-//   runs too. Memory follows it exactly: device memory is an OffsetAllocator (the runtime's own
-//   class) of capacity = the budget, and every kAlloc/kFree/kRelease/scratch instruction is
-//   applied in program order, so fragmentation is modelled, and peaks equal the runtime's.
+//   runs too. Memory follows it exactly: device memory is an OffsetAllocator (src/memory) of
+//   capacity = the budget, every block at the offset the program's placement gives it, and every
+//   kAlloc/kFree/kRelease/scratch instruction applied in program order.
 // - Streams (resources), each first-in first-out in program order, as CUDA streams are:
 //     compute       ops and recomputes; it also issues every instruction (see below)
 //     d2h, h2d      one copy stream per direction. When the profile says both directions cannot
