@@ -1,29 +1,80 @@
 #!/usr/bin/env bash
-# Simulator fidelity: profile a configuration, predict it with `ferry plan` from the profile, then
-# measure a real `ferry train` of the same configuration; print predicted/measured iteration time
-# and peak device bytes side by side.
-# Usage: bench/fidelity.sh [ITERS]     (the machine is shared: run it when it is quiet)
-set -euo pipefail
+# Simulator fidelity: does the prediction of a planned training iteration match the run?
+#
+# Per model, in this order:
+#   1. `ferry profile` (a separate, earlier process): every op's time, memcpy and direct-I/O
+#      bandwidths of this machine -> MODEL.trace.json (op times) + MODEL.hw.json (profile).
+#   2. `ferry train` without a policy (with --op-times/--device): the no-swap run; its predicted
+#      arena is the no-swap peak the budgets are fractions of.
+#   3. per seed policy: `ferry plan --trace MODEL.trace.json --device MODEL.hw.json
+#      --find-min-budget` (the policy's own minimum), then per budget (that minimum, and 50% of the
+#      no-swap peak when it is feasible) and tier (host, ssd): `ferry train --policy P --budget B
+#      --tier T --op-times MODEL.trace.json --device MODEL.hw.json --json`. That run plans, predicts
+#      the exact schedule it executes with the simulator (from step 1's figures only), then runs
+#      and measures it; both land in one JSON.
+# bench/fidelity_table.py turns the JSON files into a table: predicted vs measured iteration time,
+# peaks, and the distribution of measured/predicted time over every transfer. Recompute-only
+# policies (checkpoint-sqrt, checkmate) never touch a tier: they run once, on the host tier.
+#
+# Usage: bench/fidelity.sh [--quick] [--out DIR] [--iters N] [--models "SPEC;SPEC"] [--policies LIST]
+#   (the machine is shared: run it when it is quiet; progress goes to stderr)
+set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-dir=$("$root/scripts/build.sh")
-ferry="$dir/ferry"
-iters=${1:-6}
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
-printf '%-28s %12s %12s %7s %14s %14s %6s\n' config pred_ms meas_ms ratio pred_peak meas_peak exact
-for cfg in "resnet50 --batch 4" "resnet50 --batch 8" "gpt2 --batch 2 --seq 256" "gpt2 --batch 4 --seq 256"; do
-  set -- $cfg
-  model=$1; shift
-  "$ferry" profile --model "$model" "$@" --threads 2 --iters "$iters" --warmup 2 --out "$work/t.json" \
-    --hardware-out "$work/hw.json" --storage-bytes 64MiB >/dev/null 2>&1
-  plan=$("$ferry" plan --trace "$work/t.json" --device "$work/hw.json" --json)
-  train=$("$ferry" train --model "$model" "$@" --threads 2 --iters $((iters + 1)) --json --no-progress)
-  python3 - "$cfg" "$plan" "$train" <<'PY'
-import json, sys
-cfg, plan, train = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3])
-p, m = plan["iteration_ms"], train["median_iter_ms"]
-pp, mp = plan["peak_bytes"], train["peak_device_bytes"]
-print(f"{cfg:28s} {p:12.1f} {m:12.1f} {p/m:7.3f} {pp:14d} {mp:14d} {'yes' if pp == mp else 'NO':>6s}")
-PY
+models="resnet18 --batch 8 --image 96;densenet121 --batch 4 --image 64;gpt2 --batch 2 --seq 128"
+policies="vdnn-all,vdnn-conv,lru,lms,capuchin,checkpoint-sqrt,checkmate"
+iters=6
+out=""
+ferry=${FERRY:-}
+while (($#)); do
+  case $1 in
+    --quick) models="resnet-mini --batch 8;densenet-mini --batch 8;gpt2-mini --batch 4 --seq 64"; iters=4; shift ;;
+    --out) out=$2; shift 2 ;;
+    --iters) iters=$2; shift 2 ;;
+    --models) models=$2; shift 2 ;;
+    --policies) policies=$2; shift 2 ;;
+    --ferry) ferry=$2; shift 2 ;;
+    -h|--help) sed -n 2,24p "$0"; exit 0 ;;
+    *) echo "fidelity.sh: unknown option $1" >&2; exit 2 ;;
+  esac
 done
+[[ -n $ferry ]] || ferry="$("$root/scripts/build.sh")/ferry"
+[[ -n $out ]] || out=$(mktemp -d /tmp/ferry-fidelity.XXXX)
+mkdir -p "$out"
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
+echo "fidelity: results under $out" >&2
+
+IFS=';' read -ra specs <<<"$models"
+IFS=',' read -ra pols <<<"$policies"
+for spec in "${specs[@]}"; do
+  read -ra args <<<"$spec"
+  name=$(echo "$spec" | tr -s ' ' '_' | tr -d -- '-')
+  trace="$out/$name.trace.json" hw="$out/$name.hw.json"
+  echo "[$name] profiling (an earlier, separate run)" >&2
+  "$ferry" profile --model "${args[@]}" --iters "$iters" --warmup 2 --out "$trace" --hardware-out "$hw" \
+    --storage-bytes 256MiB >"$out/$name.profile.txt" 2>&1 || { echo "  profile failed" >&2; continue; }
+  common=(--model "${args[@]}" --iters "$iters" --op-times "$trace" --device "$hw" --json --no-progress)
+  "$ferry" train "${common[@]}" >"$out/$name.none.json" 2>"$out/$name.none.err" || { echo "  no-swap run failed" >&2; continue; }
+  peak=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["predicted_peak_bytes"])' "$out/$name.none.json")
+  for p in "${pols[@]}"; do
+    min=$("$ferry" plan --trace "$trace" --device "$hw" --policy "$p" --find-min-budget --json 2>"$out/$name.$p.min.err" |
+          /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["min_budget_bytes"])' 2>/dev/null) || min=""
+    if [[ -z $min ]]; then echo "  $p: no minimum ($(tail -c 200 "$out/$name.$p.min.err"))" >&2; continue; fi
+    half=$((peak / 2))
+    budgets=("min:$min")
+    ((half >= min)) && budgets+=("50%:$half")
+    tiers=(host ssd)
+    [[ $p == checkpoint-sqrt || $p == checkmate ]] && tiers=(host)
+    for b in "${budgets[@]}"; do
+      for t in "${tiers[@]}"; do
+        label=${b%%:*}; bytes=${b#*:}
+        f="$out/$name.$p.${label%\%}.$t.json"
+        echo "  $p budget $label ($bytes bytes) tier $t" >&2
+        "$ferry" train "${common[@]}" --policy "$p" --budget "$bytes" --tier "$t" --checkmate-time-limit 60 \
+          >"$f" 2>"${f%.json}.err" || echo "    failed: $(tail -c 300 "${f%.json}.err")" >&2
+        /usr/bin/python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); j["case"]={"model":sys.argv[2],"policy":sys.argv[3],"budget":sys.argv[4],"tier":sys.argv[5]}; json.dump(j,open(sys.argv[1],"w"))' \
+          "$f" "$spec" "$p" "$label" "$t" 2>/dev/null || true
+      done
+    done
+  done
+done
+/usr/bin/python3 "$root/bench/fidelity_table.py" "$out"

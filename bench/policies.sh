@@ -10,7 +10,7 @@
 #     and a hardware profile with measured memcpy and disk rates, and `plan --trace` uses both
 #     (the shipped profiles/cpu-local.json is the development VM measured once, without op times);
 #   measured: `train` without a policy gives the unlimited median iteration and the measured peak
-#     (peak_device_bytes); per policy, fraction and tier `train --policy P --budget FRACTION*peak`;
+#     (predicted_peak_bytes, the no-swap arena; its measured live peak is measured_peak_bytes); per policy, fraction and tier `train --policy P --budget FRACTION*peak`;
 #     finally the unlimited run again, to show how much the machine's speed drifted meanwhile.
 # Every run's command, stdout (JSON) and stderr are kept under --out; bench/policy_table.py turns
 # them into OUT/table.md (printed) and OUT/table.json. Progress goes to stderr.
@@ -237,7 +237,7 @@ for idx in "${!model_arr[@]}"; do
   [[ -n $threads ]] && train+=(--threads "$threads")
   run_one "$idx" "$spec" meas-ref none none "" "" "meas-none" -- "${train[@]}"
   peak=""
-  ((last_rc == 0)) && peak=$("${fmt[@]}" field "$last_prefix.json" peak_device_bytes)
+  ((last_rc == 0)) && peak=$("${fmt[@]}" field "$last_prefix.json" predicted_peak_bytes)
   for pol in "${pol_arr[@]}"; do
     for frac in "${frac_arr[@]}"; do
       budget=""

@@ -154,7 +154,7 @@ def cmd_oneline(args):
         if "min_budget_bytes" in out:
             print(f"min {fmt_bytes(out['min_budget_bytes'])}")
         elif "median_iter_ms" in out:
-            print(f"median {out['median_iter_ms']:.1f} ms, peak {fmt_bytes(out.get('peak_device_bytes', 0))}")
+            print(f"median {out['median_iter_ms']:.1f} ms, measured peak {fmt_bytes(out.get('measured_peak_bytes', 0))}")
         elif "iteration_ms" in out:
             print(f"{out['iteration_ms']:.1f} ms, peak {fmt_bytes(out.get('peak_bytes', 0))}")
         else:
@@ -367,7 +367,7 @@ def render(outdir, layout="wide"):
                 ref["file"] = r["file"]
                 if r["outcome"]["status"] == "ok" and isinstance(r["out"], dict):
                     ref.update(median_iter_ms=r["out"]["median_iter_ms"],
-                               peak_bytes=r["out"]["peak_device_bytes"],
+                               peak_bytes=r["out"]["predicted_peak_bytes"],
                                iterations_ms=[it["time_ms"] for it in r["out"].get("iterations", [])])
                 else:
                     ref["error"] = r["outcome"].get("message", "")
@@ -528,12 +528,13 @@ def render(outdir, layout="wide"):
                                 it = r["out"]["median_iter_ms"]
                                 c.update(status="ok", median_iter_ms=it,
                                          slowdown=it / meas_ref["median_iter_ms"],
-                                         peak_device_bytes=r["out"].get("peak_device_bytes"),
+                                         measured_peak_bytes=r["out"].get("measured_peak_bytes"),
+                                         measured_extent_bytes=r["out"].get("measured_extent_bytes"),
                                          bytes_swapped_out=r["out"].get("bytes_swapped_out"),
                                          iterations_ms=[i["time_ms"] for i in r["out"].get("iterations", [])],
                                          text=fmt_slowdown(it / meas_ref["median_iter_ms"]))
-                                if c["peak_device_bytes"] is not None and c["budget_bytes"] \
-                                        and c["peak_device_bytes"] > c["budget_bytes"]:
+                                if c["measured_extent_bytes"] is not None and c["budget_bytes"] \
+                                        and max(c["measured_peak_bytes"], c["measured_extent_bytes"]) > c["budget_bytes"]:
                                     c["text"] += " (over budget!)"
                             else:
                                 mark_without_time(c, o, o.get("min_budget_bytes"), peak, "does not fit")

@@ -162,7 +162,7 @@ def run_case(a, case, env, usage, log):
         side.rounds.append(times[case.warmup:])
         side.cpu_use.append(usage.take() / wall)
         side.losses.append([it["loss"] for it in j["iterations"]])
-        side.extra = {"peak_device_bytes": j["peak_device_bytes"], "threads": j["threads"],
+        side.extra = {"measured_peak_bytes": j["measured_peak_bytes"], "threads": j["threads"],
                       "winograd_kernels": j.get("winograd_kernels")}
         log(f"    Ferry {algo:15s} {fmt_list(times[case.warmup:])} ms  (warm-up {fmt_list(times[:case.warmup])})")
 
@@ -253,7 +253,7 @@ def report_case(a, case, analysis, ferry_sides, torch_sides, torch_info, out):
     # synthetic set draws new samples every iteration; the line shows both sides trained.
     out(f"  loss over round 1 (different data, see the docstring): Ferry {first_last(ferry)}, " +
         ", ".join(f"{s.label} {first_last(s)}" for s in torch_sides.values()))
-    out(f"  memory: " + ", ".join(f"{s.label} peak device arena {s.extra['peak_device_bytes'] / 2**30:.2f} GiB"
+    out(f"  memory: " + ", ".join(f"{s.label} measured device peak {s.extra['measured_peak_bytes'] / 2**30:.2f} GiB"
                                   for s in ferry_sides.values()) + "; " +
         ", ".join(f"{s.label} process max RSS {s.extra['max_rss_bytes'] / 2**30:.2f} GiB"
                   for s in torch_sides.values()))

@@ -115,7 +115,9 @@ class Backend {
   virtual Result<std::unique_ptr<CompiledGraph>> compile(const Graph& graph) = 0;
 
   // Allocates one region of device memory (an arena the executor carves up), aligned to at least
-  // kDeviceAlignment. OutOfMemory names the size.
+  // kDeviceAlignment. Bytes past the region's end (rounded up to kDeviceAlignment) are not
+  // accessible: a kernel that writes there faults with a message naming the op running (the CPU
+  // backend maps guard pages; common/fault_guard.h). OutOfMemory names the size.
   virtual Result<DevicePtr> allocate(uint64_t bytes) = 0;
   // Releases a region returned by allocate(). A null pointer is ignored.
   virtual void free(DevicePtr region) = 0;
@@ -125,6 +127,8 @@ class Backend {
   virtual Status copy_to_device(DevicePtr dst, std::span<const std::byte> src) = 0;
   virtual Status copy_to_host(std::span<std::byte> dst, DevicePtr src) = 0;
   virtual Status copy_on_device(DevicePtr dst, DevicePtr src, uint64_t bytes) = 0;
+  // Sets `bytes` bytes at `dst` to `value` (cudaMemset): poison patterns for memory checks.
+  virtual Status fill(DevicePtr dst, uint64_t bytes, uint8_t value) = 0;
   // Waits for all copies and kernels issued so far.
   virtual Status synchronize() = 0;
 

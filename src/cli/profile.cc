@@ -67,8 +67,8 @@ int run_profile(const ProfileOptions& o) {
 
   std::vector<double> iters = ops->iteration_ms;
   std::sort(iters.begin(), iters.end());
-  std::printf("%s: median iteration %.1f ms over %zu iterations; peak device memory %s\n", describe(*g).c_str(),
-              iters[iters.size() / 2], iters.size(), format_bytes(ops->peak_device_bytes).c_str());
+  std::printf("%s: median iteration %.1f ms over %zu iterations; measured peak device memory %s\n", describe(*g).c_str(),
+              iters[iters.size() / 2], iters.size(), format_bytes(ops->measured_peak_bytes).c_str());
   std::printf("  %-10s %12s %6s %14s %12s\n", "path", "request", "depth", "bandwidth", "latency");
   for (const auto* v : {&*link, &*storage})
     for (const TransferSample& s : *v)

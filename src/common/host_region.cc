@@ -36,6 +36,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/fault_guard.h"
 #include "common/units.h"
 
 namespace ferry {
@@ -108,14 +109,20 @@ Result<HostRegion> HostRegion::map(uint64_t bytes, const HostRegionOptions& opti
         fmt::format("alignment of '{}' must be a power of two, got {}", name, min_alignment));
 
   const uint64_t page_bytes = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  if (options.guard_bytes > 0 && min_alignment > page_bytes)
+    return Status::InvalidArgument(fmt::format("'{}': guard pages need an alignment of at most a page ({}), got {}",
+                                               name, page_bytes, min_alignment));
   const bool huge = options.huge_pages && bytes >= kHugePageBytes;
   const uint64_t base_alignment = std::max({huge ? kHugePageBytes : page_bytes, page_bytes, min_alignment});
   const uint64_t slack = base_alignment - page_bytes;  // mmap already gives page alignment
   auto too_large = [&](const std::string& why) {
     return Status::OutOfMemory(fmt::format("cannot obtain {} for '{}': {}", bytes_both(bytes), name, why));
   };
-  if (bytes > UINT64_MAX - page_bytes - slack) return too_large("the size overflows the address space");
-  const uint64_t mapped_bytes = align_up(bytes, page_bytes);
+  const uint64_t guard = options.guard_bytes > 0 ? align_up(std::min<uint64_t>(options.guard_bytes, 1ull << 30),
+                                                            page_bytes)
+                                                 : 0;
+  if (bytes > UINT64_MAX / 2 - page_bytes - slack - 2 * guard) return too_large("the size overflows the address space");
+  const uint64_t mapped_bytes = align_up(bytes, page_bytes);  // the accessible body
 
   if (options.prefault != PrefaultMethod::kNone && options.check_available_memory) {
     std::optional<uint64_t> available = mem_available_bytes();
@@ -129,50 +136,71 @@ Result<HostRegion> HostRegion::map(uint64_t bytes, const HostRegionOptions& opti
   auto start = std::chrono::steady_clock::now();
   int flags = MAP_PRIVATE | MAP_ANONYMOUS;
   if (options.prefault == PrefaultMethod::kPopulate) flags |= MAP_POPULATE;
-  void* raw = mmap(nullptr, mapped_bytes + slack, PROT_READ | PROT_WRITE, flags, -1, 0);
+  const uint64_t total = guard + mapped_bytes + guard + slack;
+  void* raw = mmap(nullptr, total, PROT_READ | PROT_WRITE, flags, -1, 0);
   if (raw == MAP_FAILED) {
     int err = errno;
-    return too_large(
-        fmt::format("mmap of {} failed: {}", bytes_both(mapped_bytes + slack), std::strerror(err)));
+    return too_large(fmt::format("mmap of {} failed: {}", bytes_both(total), std::strerror(err)));
   }
-  // Trim the slack so exactly [aligned, aligned + mapped_bytes) stays mapped.
+  // Trim the slack so exactly [body - guard, body + mapped_bytes + guard) stays mapped.
   auto raw_addr = reinterpret_cast<uintptr_t>(raw);
-  uintptr_t aligned = align_up(raw_addr, base_alignment);
-  if (aligned > raw_addr) munmap(raw, aligned - raw_addr);
-  uintptr_t tail = aligned + mapped_bytes;
-  if (raw_addr + mapped_bytes + slack > tail)
-    munmap(reinterpret_cast<void*>(tail), raw_addr + mapped_bytes + slack - tail);
+  uintptr_t body = align_up(raw_addr + guard, base_alignment);
+  uintptr_t map_begin = body - guard;
+  if (map_begin > raw_addr) munmap(raw, map_begin - raw_addr);
+  uintptr_t tail = body + mapped_bytes + guard;
+  if (raw_addr + total > tail) munmap(reinterpret_cast<void*>(tail), raw_addr + total - tail);
 
   HostRegion region;
-  region.data_ = reinterpret_cast<std::byte*>(aligned);
+  region.map_begin_ = reinterpret_cast<std::byte*>(map_begin);
+  region.map_bytes_ = mapped_bytes + 2 * guard;
   region.size_ = bytes;
-  region.mapped_bytes_ = mapped_bytes;
   region.base_alignment_ = base_alignment;
+  region.data_ = reinterpret_cast<std::byte*>(body);
+  region.accessible_bytes_ = mapped_bytes;
+  region.name_ = std::make_unique<char[]>(name.size() + 1);
+  std::memcpy(region.name_.get(), name.c_str(), name.size() + 1);
+  if (guard > 0) {
+    // The usable bytes end flush with the guard after them (to the end alignment).
+    const uint64_t end_alignment = std::max<uint64_t>(min_alignment, 64);
+    const uint64_t lead = mapped_bytes - align_up(bytes, end_alignment);
+    region.data_ = reinterpret_cast<std::byte*>(body + lead);
+    region.accessible_bytes_ = mapped_bytes - lead;
+    region.base_alignment_ = end_alignment;
+    if (mprotect(reinterpret_cast<void*>(map_begin), guard, PROT_NONE) != 0 ||
+        mprotect(reinterpret_cast<void*>(body + mapped_bytes), guard, PROT_NONE) != 0) {
+      int err = errno;
+      return Status::Internal(fmt::format("'{}': mprotect of its guard pages failed: {}", name, std::strerror(err)));
+    }
+    const auto usable_begin = reinterpret_cast<uintptr_t>(region.data_);
+    const uintptr_t usable_end = usable_begin + bytes;
+    region.guard_handles_[0] = register_guard_range(map_begin, body, usable_begin, usable_end, region.name_.get());
+    region.guard_handles_[1] =
+        register_guard_range(body + mapped_bytes, tail, usable_begin, usable_end, region.name_.get());
+  }
   // Best effort: without transparent huge pages the region still works, with 4 KiB pages.
-  if (huge) madvise(region.data_, mapped_bytes, MADV_HUGEPAGE);
+  if (huge) madvise(reinterpret_cast<void*>(body), mapped_bytes, MADV_HUGEPAGE);
   if (options.prefault == PrefaultMethod::kTouch)
-    touch_pages_parallel(region.data_, mapped_bytes, page_bytes, options.prefault_threads);
+    touch_pages_parallel(reinterpret_cast<std::byte*>(body), mapped_bytes, page_bytes, options.prefault_threads);
   if (options.prefault != PrefaultMethod::kNone)
     region.prefault_seconds_ =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return region;
 }
 
-HostRegion::HostRegion(HostRegion&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)),
-      size_(std::exchange(other.size_, 0)),
-      mapped_bytes_(std::exchange(other.mapped_bytes_, 0)),
-      base_alignment_(std::exchange(other.base_alignment_, 0)),
-      prefault_seconds_(std::exchange(other.prefault_seconds_, 0)) {}
+HostRegion::HostRegion(HostRegion&& other) noexcept { *this = std::move(other); }
 
 HostRegion& HostRegion::operator=(HostRegion&& other) noexcept {
   if (this != &other) {
     unmap();
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
-    mapped_bytes_ = std::exchange(other.mapped_bytes_, 0);
+    accessible_bytes_ = std::exchange(other.accessible_bytes_, 0);
+    map_begin_ = std::exchange(other.map_begin_, nullptr);
+    map_bytes_ = std::exchange(other.map_bytes_, 0);
     base_alignment_ = std::exchange(other.base_alignment_, 0);
     prefault_seconds_ = std::exchange(other.prefault_seconds_, 0);
+    name_ = std::move(other.name_);
+    for (int i = 0; i < 2; ++i) guard_handles_[i] = std::exchange(other.guard_handles_[i], -1);
   }
   return *this;
 }
@@ -180,9 +208,13 @@ HostRegion& HostRegion::operator=(HostRegion&& other) noexcept {
 HostRegion::~HostRegion() { unmap(); }
 
 void HostRegion::unmap() {
-  if (data_ != nullptr) munmap(data_, mapped_bytes_);
-  data_ = nullptr;
-  size_ = mapped_bytes_ = 0;
+  for (int& h : guard_handles_) {
+    unregister_guard_range(h);
+    h = -1;
+  }
+  if (map_begin_ != nullptr) munmap(map_begin_, map_bytes_);
+  data_ = map_begin_ = nullptr;
+  size_ = accessible_bytes_ = map_bytes_ = 0;
 }
 
 }  // namespace ferry

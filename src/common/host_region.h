@@ -10,6 +10,10 @@
 //   Note [Prefaulting] in host_region.cc for the measured choice of method.
 // - Lives in common, below every module that needs memory of its own: the runtime's host tier
 //   (runtime/tiers.h) and the CPU backend's device memory.
+// - Optional guard pages (guard_bytes): PROT_NONE pages before and after the usable bytes, and the
+//   usable bytes end flush with the guard after them (to 64 bytes), so the first access past the
+//   end faults; common/fault_guard.h turns that fault into an error naming what was running. The
+//   device arena uses them: bytes past the budget do not exist.
 // - Move-only; the region is unmapped in the destructor.
 //
 // Usage:
@@ -20,6 +24,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "common/status.h"
@@ -45,6 +50,11 @@ struct HostRegionOptions {
   // Refuse (kOutOfMemory) a pre-faulted region larger than the host's MemAvailable, rather
   // than let pre-faulting push the machine into swap or the OOM killer.
   bool check_available_memory = true;
+  // Inaccessible bytes (rounded up to whole pages) mapped before and after the usable ones; 0 for
+  // none. With guards, data() is aligned to max(min_alignment, 64) and min_alignment must not
+  // exceed the page size; the bytes from data() + size() up to the next multiple of that
+  // alignment are the only accessible ones past the end.
+  uint64_t guard_bytes = 0;
 };
 
 // One anonymous memory mapping of exactly `size()` usable bytes. Move-only; unmaps when destroyed.
@@ -69,15 +79,22 @@ class HostRegion {
   uint64_t base_alignment() const { return base_alignment_; }
   // Seconds spent pre-faulting at creation (0 for PrefaultMethod::kNone).
   double prefault_seconds() const { return prefault_seconds_; }
+  // Accessible bytes from data() on: size() rounded up to the page size, or with guard pages to
+  // the end alignment (see HostRegionOptions::guard_bytes).
+  uint64_t accessible_bytes() const { return accessible_bytes_; }
 
  private:
   void unmap();
 
   std::byte* data_ = nullptr;
   uint64_t size_ = 0;
-  uint64_t mapped_bytes_ = 0;  // size_ rounded up to the page size
+  uint64_t accessible_bytes_ = 0;
+  std::byte* map_begin_ = nullptr;  // the whole mapping, guards included
+  uint64_t map_bytes_ = 0;
   uint64_t base_alignment_ = 0;
   double prefault_seconds_ = 0;
+  std::unique_ptr<char[]> name_;  // stable storage for the fault guard's message
+  int guard_handles_[2] = {-1, -1};
 };
 
 }  // namespace ferry

@@ -1,14 +1,16 @@
 #include "runtime/executor.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <algorithm>
 #include <cstring>
 
 #include <fmt/format.h>
 
+#include "common/fault_guard.h"
 #include "common/hash.h"
 #include "common/units.h"
+#include "runtime/plan_corruption.h"
 
 namespace ferry {
 
@@ -37,6 +39,18 @@ Init init_of(const Graph& g, TensorId w, bool transformer) {
   return Init::kZeros;
 }
 
+constexpr uint64_t kAlignment = Backend::kDeviceAlignment;
+constexpr uint64_t kZeroBlock = ~uint64_t{0} - 1;  // block_of_ of a 0-byte tensor: holds no memory
+
+// A copy of `p` whose blocks are widened by `guard` bytes on each side, for placing guards.
+Program widened(const Program& p, uint64_t guard) {
+  Program w = p;
+  for (Instruction& in : w.instructions)
+    if ((in.kind == InstrKind::kAlloc && in.inherit == kNoTensor) || in.kind == InstrKind::kAllocScratch)
+      in.bytes += 2 * guard;
+  return w;
+}
+
 }  // namespace
 
 Executor::Executor(Graph graph, Backend& backend, std::unique_ptr<CompiledGraph> compiled, Analysis analysis,
@@ -49,11 +63,14 @@ Executor::Executor(Graph graph, Backend& backend, std::unique_ptr<CompiledGraph>
       budget_bytes_(budget),
       program_(std::move(program)),
       placement_(std::move(placement)),
-      allocator_(budget, Backend::kDeviceAlignment, "device"),
       block_(graph_.tensors.size(), kNoBlock),
+      block_of_(graph_.tensors.size(), kNoBlock),
+      gone_at_(graph_.tensors.size(), -1),
       out_ticket_(graph_.tensors.size()),
       in_ticket_(graph_.tensors.size()),
-      has_copy_(graph_.tensors.size(), 0) {}
+      has_copy_(graph_.tensors.size(), 0) {
+  for (const Op& op : graph_.ops) op_labels_.push_back(fmt::format("op '{}' (step {})", op.name, op.id));
+}
 
 Executor::~Executor() {
   engine_.reset();  // its threads may still be copying from or into the arena
@@ -68,37 +85,69 @@ Result<std::unique_ptr<Executor>> Executor::create(const Graph& graph, Backend& 
   for (Tensor& t : sized.tensors) t.bytes = compiled->tensor_bytes(t.id);
   AnalysisOptions ao;
   ao.op_scratch_bytes = compiled->all_scratch_bytes();
-  ao.alignment = Backend::kDeviceAlignment;
+  ao.alignment = kAlignment;
   FERRY_ASSIGN_OR_RETURN(Analysis analysis, analyze(sized, ao));
   ProgramOptions po;
   po.op_scratch_bytes = ao.op_scratch_bytes;
   const Schedule keep = Schedule::keep_all(sized.ops.size());
   FERRY_ASSIGN_OR_RETURN(Program program, lower_schedule(sized, schedule ? *schedule : keep, po));
-  FERRY_ASSIGN_OR_RETURN(ProgramPlacement placement, place_program(sized, program, ao.alignment));
+  FERRY_ASSIGN_OR_RETURN(ProgramPlacement placement, place_program(sized, program, kAlignment));
 
-  const uint64_t required = placement.arena_bytes;
-  if (options.budget_bytes != 0 && options.budget_bytes < required) {
+  // The prediction, made before anything (a corruption included) touches the plan.
+  const uint64_t predicted = placement.arena_bytes;
+  const uint64_t predicted_live = program_live_peak(sized, program, kAlignment).bytes;
+  if (options.budget_bytes != 0 && options.budget_bytes < predicted) {
     return Status::OutOfMemory(fmt::format(
         "budget {} ({} bytes) is too small: this iteration needs {} ({} bytes) with plan '{}' "
         "(weights and optimizer state {}, activations and workspace {})",
-        format_bytes(options.budget_bytes), options.budget_bytes, format_bytes(required), required,
+        format_bytes(options.budget_bytes), options.budget_bytes, format_bytes(predicted), predicted,
         program.policy, format_bytes(placement.persistent_region_bytes),
-        format_bytes(required - placement.persistent_region_bytes)));
+        format_bytes(predicted - placement.persistent_region_bytes)));
   }
-  const uint64_t budget = options.budget_bytes != 0 ? options.budget_bytes : required;
+  const uint64_t budget = options.budget_bytes != 0 ? options.budget_bytes : predicted;
+
+  // What runs: the program (as corrupted, for tests), placed with guards in verify mode.
+  FERRY_ASSIGN_OR_RETURN(TensorId program_victim, corrupt_program(options.corruption, sized, program));
+  const uint64_t guard = options.verify_memory ? MemoryVerifier::kGuardBytes : 0;
+  ProgramPlacement run_placement;
+  if (guard > 0 || program_victim != kNoTensor) {
+    FERRY_ASSIGN_OR_RETURN(run_placement, place_program(sized, guard > 0 ? widened(program, guard) : program,
+                                                        kAlignment));
+  } else {
+    run_placement = placement;
+  }
+  FERRY_ASSIGN_OR_RETURN(TensorId placement_victim,
+                         corrupt_placement(options.corruption, sized, program, run_placement));
+  (void)placement_victim;
+  FERRY_ASSIGN_OR_RETURN(TensorId victim, corruption_victim(options.corruption, sized, program));
+
   std::unique_ptr<Executor> ex(new Executor(std::move(sized), backend, std::move(compiled), std::move(analysis),
-                                            std::move(program), std::move(placement), options, budget));
-  FERRY_ASSIGN_OR_RETURN(ex->arena_, backend.allocate(std::max<uint64_t>(budget, 1)));
+                                            std::move(program), std::move(run_placement), options, budget));
+  ex->predicted_peak_bytes_ = predicted;
+  ex->predicted_live_peak_bytes_ = predicted_live;
+  ex->guard_bytes_ = guard;
+  ex->victim_ = victim;
+  FERRY_RETURN_IF_ERROR(ex->setup_arena());
   FERRY_RETURN_IF_ERROR(ex->make_tiers());
-  // Persistent tensors live across iterations: place them once, where the prologue puts them.
-  for (size_t k = 0; k < ex->program_.instructions.size(); ++k) {
-    const Instruction& in = ex->program_.instructions[k];
-    if (in.kind != InstrKind::kAlloc || !ex->graph_.tensor(in.tensor).persistent()) continue;
-    bool placed = ex->allocator_.allocate_at(ex->placement_.offset[k], in.bytes);
-    FERRY_CHECK(placed, "persistent tensor {} could not be placed", ex->graph_.tensor(in.tensor).name);
-    ex->block_[in.tensor] = ex->placement_.offset[k];
-  }
   return ex;
+}
+
+Status Executor::setup_arena() {
+  // Without guards the arena is the budget; with them, the widened placement (the budget then
+  // bounds the measured live bytes, which exclude the guards).
+  arena_bytes_ = guard_bytes_ > 0 ? std::max<uint64_t>(placement_.arena_bytes, 1) : budget_bytes_;
+  FERRY_ASSIGN_OR_RETURN(arena_, backend_.allocate(std::max<uint64_t>(arena_bytes_, 1)));
+  // The untouched pattern, so measured_extent_bytes() can find the highest byte written.
+  FERRY_RETURN_IF_ERROR(backend_.fill(arena_, arena_bytes_, MemoryVerifier::kUntouchedByte));
+  if (options_.verify_memory)
+    verifier_ = std::make_unique<MemoryVerifier>(backend_, arena_, arena_bytes_, graph_.tensors.size());
+  // Persistent tensors live across iterations: place them once, where the prologue puts them.
+  for (size_t k = 0; k < program_.instructions.size(); ++k) {
+    const Instruction& in = program_.instructions[k];
+    if (in.kind != InstrKind::kAlloc || !graph_.tensor(in.tensor).persistent()) continue;
+    FERRY_RETURN_IF_ERROR(alloc_tensor(k, in));
+  }
+  return Status::Ok();
 }
 
 Status Executor::make_tiers() {
@@ -133,6 +182,72 @@ Status Executor::make_tiers() {
   return Status::Ok();
 }
 
+// ---- the block table (Note [Measured memory]) ----
+
+uint64_t Executor::payload_bytes_of(TensorId t) const {
+  if (options_.corruption == PlanCorruption::kUndersizeTensor && t == victim_)
+    return align_up(compiled_->tensor_bytes(t) / 2, kAlignment);  // a backend that misreports
+  return compiled_->tensor_bytes(t);
+}
+
+std::string Executor::block_name(const LiveBlock& b) const {
+  if (b.tensor != kNoTensor) return fmt::format("tensor '{}'", graph_.tensor(b.tensor).name);
+  return fmt::format("the scratch of op '{}'", graph_.op(b.scratch_of).name);
+}
+
+Status Executor::acquire(uint64_t offset, const LiveBlock& b, OpId step) {
+  const std::string name = block_name(b);
+  if (offset > arena_bytes_ || b.block_bytes > arena_bytes_ - offset)
+    return Status::Internal(fmt::format(
+        "memory plan is corrupt: {} ({} bytes at arena offset {}, step {}) ends past the arena of {} bytes", name,
+        b.block_bytes, offset, step, arena_bytes_));
+  auto next = live_.lower_bound(offset);
+  auto clash = [&](const std::map<uint64_t, LiveBlock>::iterator& it) {
+    return Status::Internal(fmt::format(
+        "memory plan is corrupt: {} at arena bytes [{}, {}) (step {}) overlaps {} at [{}, {}), which is still live",
+        name, offset, offset + b.block_bytes, step, block_name(it->second), it->first,
+        it->first + it->second.block_bytes));
+  };
+  if (next != live_.end() && next->first < offset + b.block_bytes) return clash(next);
+  if (next != live_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second.block_bytes > offset) return clash(prev);
+  }
+  live_.emplace_hint(next, offset, b);
+  live_bytes_ += align_up(b.payload_bytes, kAlignment);
+  peak_live_bytes_ = std::max(peak_live_bytes_, live_bytes_);
+  if (verifier_) FERRY_RETURN_IF_ERROR(verifier_->on_acquire(offset, b.block_bytes, b.payload_bytes, name));
+  return Status::Ok();
+}
+
+Status Executor::release(uint64_t offset, OpId step) {
+  auto it = live_.find(offset);
+  if (it == live_.end())
+    return Status::Internal(
+        fmt::format("memory plan is corrupt: step {} frees arena offset {}, where no block is live", step, offset));
+  if (verifier_)
+    FERRY_RETURN_IF_ERROR(verifier_->on_release(offset, fmt::format("the program before freeing it at step {}", step)));
+  live_bytes_ -= align_up(it->second.payload_bytes, kAlignment);
+  live_.erase(it);
+  return Status::Ok();
+}
+
+Result<uint64_t> Executor::measured_extent_bytes() const {
+  constexpr uint64_t kChunk = 1ull << 20;
+  std::vector<std::byte> host(kChunk);
+  for (uint64_t end = arena_bytes_; end > 0;) {
+    const uint64_t begin = end > kChunk ? end - kChunk : 0;
+    std::span<std::byte> chunk(host.data(), end - begin);
+    FERRY_RETURN_IF_ERROR(backend_.copy_to_host(chunk, arena_ + begin));
+    for (uint64_t i = chunk.size(); i > 0; --i)
+      if (chunk[i - 1] != std::byte{MemoryVerifier::kUntouchedByte}) return begin + i;
+    end = begin;
+  }
+  return uint64_t{0};
+}
+
+// ---- transfers ----
+
 Status Executor::wait_out(TensorId t) {
   if (!out_ticket_[t]) return Status::Ok();
   const auto start = std::chrono::steady_clock::now();
@@ -151,10 +266,14 @@ Status Executor::wait_in(TensorId t) {
   return s;
 }
 
-DevicePtr Executor::address_of(TensorId t) const {
-  FERRY_CHECK(block_[t] != kNoBlock, "tensor {} is not on the device", graph_.tensor(t).name);
-  return arena_ + block_[t];
+Status Executor::drop_copies(TensorId t) {
+  if (has_copy_[t] & 1) FERRY_RETURN_IF_ERROR(engine_->discard(t, *host_tier_));
+  if (has_copy_[t] & 2) FERRY_RETURN_IF_ERROR(engine_->discard(t, *ssd_tier_));
+  has_copy_[t] = 0;
+  return Status::Ok();
 }
+
+// ---- initialisation ----
 
 Status Executor::initialize() {
   const bool transformer = graph_.info.seq > 0;
@@ -182,15 +301,85 @@ Status Executor::initialize() {
     }
     FERRY_RETURN_IF_ERROR(compiled_->from_plain(
         t.id, std::as_bytes(std::span<const float>(host.data(), host.size())), address_of(t.id)));
+    if (verifier_) FERRY_RETURN_IF_ERROR(verifier_->record(t.id, address_of(t.id), payload_bytes_of(t.id)));
   }
   optimizer_step_ = 0;
   return Status::Ok();
 }
 
-Status Executor::drop_copies(TensorId t) {
-  if (has_copy_[t] & 1) FERRY_RETURN_IF_ERROR(engine_->discard(t, *host_tier_));
-  if (has_copy_[t] & 2) FERRY_RETURN_IF_ERROR(engine_->discard(t, *ssd_tier_));
-  has_copy_[t] = 0;
+// ---- one iteration ----
+
+Status Executor::alloc_tensor(size_t k, const Instruction& in) {
+  const TensorId t = in.tensor;
+  if (graph_.tensor(t).persistent() && block_of_[t] != kNoBlock) return Status::Ok();  // placed in create()
+  if (in.inherit != kNoTensor) {
+    // In place: the output takes over the input's block; the input is still read by this step's
+    // op and dies with it (with its copies).
+    FERRY_RETURN_IF_ERROR(wait_out(in.inherit));
+    FERRY_RETURN_IF_ERROR(drop_copies(in.inherit));
+    block_[t] = block_[in.inherit];
+    block_of_[t] = block_of_[in.inherit];
+    inherited_.push_back(in.inherit);
+    return Status::Ok();
+  }
+  const uint64_t offset = placement_.offset[k];
+  LiveBlock b{.payload_bytes = payload_bytes_of(t), .tensor = t};
+  b.block_bytes = guard_bytes_ > 0 ? align_up(b.payload_bytes + 2 * guard_bytes_, kAlignment)
+                                   : align_up(b.payload_bytes, kAlignment);
+  if (b.block_bytes == 0) {  // holds no memory; its address is never dereferenced
+    block_[t] = offset;
+    block_of_[t] = kZeroBlock;
+  } else {
+    FERRY_RETURN_IF_ERROR(acquire(offset, b, in.step));
+    block_[t] = offset + guard_bytes_;
+    block_of_[t] = offset;
+  }
+  if (options_.corruption == PlanCorruption::kWriteAfterFree && t == victim_) {
+    // A runtime bug: the block goes back to the free space while the tensor keeps its address.
+    FERRY_RETURN_IF_ERROR(release(offset, in.step));
+    block_of_[t] = kNoBlock;
+  }
+  return Status::Ok();
+}
+
+Status Executor::load_input(TensorId t, const std::vector<TensorId>& inputs,
+                            const std::vector<std::vector<std::byte>>& host_inputs) {
+  size_t i = static_cast<size_t>(std::find(inputs.begin(), inputs.end(), t) - inputs.begin());
+  FERRY_RETURN_IF_ERROR(compiled_->from_plain(t, host_inputs[i], address_of(t)));
+  if (verifier_) FERRY_RETURN_IF_ERROR(verifier_->record(t, address_of(t), payload_bytes_of(t)));
+  return Status::Ok();
+}
+
+Status Executor::free_tensor(const Instruction& in) {
+  const TensorId t = in.tensor;
+  if (graph_.tensor(t).persistent()) return Status::Ok();
+  // A block is released only after its swap-out has completed.
+  FERRY_RETURN_IF_ERROR(wait_out(t));
+  if (block_of_[t] == kNoBlock)
+    return Status::Internal(fmt::format("memory plan is corrupt: step {} frees tensor '{}', which holds no block",
+                                        in.step, graph_.tensor(t).name));
+  if (block_of_[t] != kZeroBlock) FERRY_RETURN_IF_ERROR(release(block_of_[t], in.step));
+  block_[t] = block_of_[t] = kNoBlock;
+  gone_at_[t] = in.step;
+  if (in.kind == InstrKind::kFree) {
+    FERRY_RETURN_IF_ERROR(drop_copies(t));
+    if (verifier_) verifier_->forget(t);
+  }
+  return Status::Ok();
+}
+
+Status Executor::check_resident(const Op& op, OpId step) const {
+  auto missing = [&](TensorId t, std::string_view how) {
+    const int32_t gone = gone_at_[t];
+    return Status::Internal(fmt::format(
+        "memory plan is corrupt: {} {} tensor '{}', which is not on the device ({})", op_labels_[op.id], how,
+        graph_.tensor(t).name, gone < 0 ? "it was never brought there" : fmt::format("it left at step {}", gone)));
+  };
+  for (TensorId t : op.inputs)
+    if (block_[t] == kNoBlock) return missing(t, "reads");
+  for (TensorId t : op.outputs)
+    if (block_[t] == kNoBlock) return missing(t, "writes");
+  (void)step;
   return Status::Ok();
 }
 
@@ -201,7 +390,11 @@ Status Executor::run_op(OpId id, const RunContext& ctx, DevicePtr scratch) {
   for (TensorId t : op.inputs) in_ptrs_.push_back(address_of(t));
   for (TensorId t : op.outputs) out_ptrs_.push_back(address_of(t));
   const auto op_start = std::chrono::steady_clock::now();
-  Status s = compiled_->run(id, in_ptrs_, out_ptrs_, scratch, ctx);
+  Status s;
+  {
+    ScopedFaultActivity activity(op_labels_[id].c_str());
+    s = compiled_->run(id, in_ptrs_, out_ptrs_, scratch, ctx);
+  }
   if (options_.record_op_times) {
     op_times_us_.resize(graph_.ops.size());
     op_times_us_[id] = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - op_start).count();
@@ -210,8 +403,102 @@ Status Executor::run_op(OpId id, const RunContext& ctx, DevicePtr scratch) {
   return Status::Ok();
 }
 
+Status Executor::run_kernel(const Instruction& in, const RunContext& ctx) {
+  const Op& op = graph_.ops[in.op];
+  // A consumer never starts before its swap-ins have completed, and never overwrites a block a
+  // swap-out is still reading.
+  for (TensorId t : op.inputs) FERRY_RETURN_IF_ERROR(wait_in(t));
+  for (TensorId t : op.outputs) FERRY_RETURN_IF_ERROR(wait_out(t));
+  FERRY_RETURN_IF_ERROR(check_resident(op, in.step));
+  const std::string& label = op_labels_[op.id];
+  if (verifier_)
+    for (TensorId t : op.inputs)
+      FERRY_RETURN_IF_ERROR(
+          verifier_->verify(t, graph_.tensor(t).name, address_of(t), payload_bytes_of(t), label));
+  DevicePtr scratch = scratch_block_ != kNoBlock ? arena_ + (scratch_block_ + guard_bytes_) : DevicePtr{};
+  FERRY_RETURN_IF_ERROR(run_op(in.op, ctx, scratch));
+  if (in.recompute) ++recomputed_ops_;
+  for (TensorId t : inherited_) {
+    if (block_of_[t] != kZeroBlock) live_.at(block_of_[t]).tensor = op.outputs.front();
+    block_[t] = block_of_[t] = kNoBlock;
+    gone_at_[t] = in.step;
+    if (verifier_) verifier_->forget(t);
+  }
+  inherited_.clear();
+  if (!verifier_) return Status::Ok();
+  for (TensorId t : op.outputs) {
+    // A recompute must reproduce the bits it replaces; anything else records what it wrote.
+    if (in.recompute && verifier_->has_record(t)) {
+      FERRY_RETURN_IF_ERROR(verifier_->verify(t, graph_.tensor(t).name, address_of(t), payload_bytes_of(t),
+                                              fmt::format("the recompute of {}", label)));
+    } else {
+      FERRY_RETURN_IF_ERROR(verifier_->record(t, address_of(t), payload_bytes_of(t)));
+    }
+  }
+  return verifier_->check(label);
+}
+
+Status Executor::run_instruction(size_t k, const Instruction& in, const RunContext& ctx,
+                                 const std::vector<TensorId>& inputs,
+                                 const std::vector<std::vector<std::byte>>& host_inputs) {
+  switch (in.kind) {
+    case InstrKind::kAlloc:
+      FERRY_RETURN_IF_ERROR(alloc_tensor(k, in));
+      if (graph_.tensor(in.tensor).role == TensorRole::kInput) return load_input(in.tensor, inputs, host_inputs);
+      return Status::Ok();
+    case InstrKind::kFree:
+    case InstrKind::kRelease: return free_tensor(in);
+    case InstrKind::kAllocScratch: {
+      LiveBlock b{.payload_bytes = compiled_->scratch_bytes(in.op), .scratch_of = in.op};
+      b.block_bytes = align_up(b.payload_bytes + 2 * guard_bytes_, kAlignment);
+      FERRY_RETURN_IF_ERROR(acquire(placement_.offset[k], b, in.step));
+      scratch_block_ = placement_.offset[k];
+      return Status::Ok();
+    }
+    case InstrKind::kFreeScratch: {
+      const uint64_t offset = std::exchange(scratch_block_, kNoBlock);
+      return release(offset, in.step);
+    }
+    case InstrKind::kRun: return run_kernel(in, ctx);
+    case InstrKind::kSwapOut:
+      out_ticket_[in.tensor] = engine_->swap_out(in.tensor, address_of(in.tensor), in.bytes, tier(in.tier));
+      has_copy_[in.tensor] |= in.tier == Tier::kHost ? 1 : 2;
+      return Status::Ok();
+    case InstrKind::kSwapIn:
+      if (options_.corruption == PlanCorruption::kDropSwapIn && in.tensor == victim_)
+        return Status::Ok();  // a runtime bug: the copy back is never issued
+      in_ticket_[in.tensor] = engine_->swap_in(in.tensor, address_of(in.tensor), in.bytes, tier(in.tier));
+      return Status::Ok();
+  }
+  return Status::Ok();
+}
+
+Status Executor::end_iteration() {
+  if (engine_) FERRY_RETURN_IF_ERROR(engine_->drain());
+  FERRY_RETURN_IF_ERROR(backend_.synchronize());
+  if (engine_) {
+    // One iteration's records, in iteration time: the engine keeps nothing beyond them.
+    last_transfers_ = engine_->take_records();
+    for (TransferRecord& r : last_transfers_) {
+      r.issue_us -= iteration_start_us_;
+      r.start_us -= iteration_start_us_;
+      r.end_us -= iteration_start_us_;
+    }
+  }
+  // Whatever the program leaves allocated besides persistent tensors (the loss) dies now.
+  for (const Tensor& t : graph_.tensors) {
+    if (t.persistent() || block_of_[t.id] == kNoBlock) continue;
+    if (block_of_[t.id] != kZeroBlock) FERRY_RETURN_IF_ERROR(release(block_of_[t.id], static_cast<OpId>(graph_.ops.size())));
+    block_[t.id] = block_of_[t.id] = kNoBlock;
+    if (verifier_) verifier_->forget(t.id);
+  }
+  if (verifier_) return verifier_->check("the end of the iteration");
+  return Status::Ok();
+}
+
 Result<IterationStats> Executor::run_iteration(int64_t iteration, DataSource& data) {
   const auto start = std::chrono::steady_clock::now();
+  iteration_start_us_ = engine_ ? engine_->now_us() : 0;
   std::vector<std::vector<std::byte>> host_inputs;
   FERRY_RETURN_IF_ERROR(data.fill(graph_, iteration, host_inputs));
   const std::vector<TensorId> inputs = data_inputs(graph_);
@@ -219,84 +506,18 @@ Result<IterationStats> Executor::run_iteration(int64_t iteration, DataSource& da
   ctx.iteration = iteration;
   ctx.optimizer_step = ++optimizer_step_;
   ctx.dropout_seed = options_.seed;
-  uint64_t scratch_offset = kNoBlock;
   stall_seconds_ = 0;
-  std::vector<TensorId> inherited;  // inputs whose block an output of the coming kRun took over
-  for (size_t k = 0; k < program_.instructions.size(); ++k) {
-    const Instruction& in = program_.instructions[k];
-    switch (in.kind) {
-      case InstrKind::kAlloc: {
-        if (graph_.tensor(in.tensor).persistent() && block_[in.tensor] != kNoBlock) break;  // placed in create()
-        if (in.inherit != kNoTensor) {
-          // In place: the output takes over the input's block; the input is still read by this
-          // step's op and dies with it (with its copies).
-          FERRY_RETURN_IF_ERROR(wait_out(in.inherit));
-          FERRY_RETURN_IF_ERROR(drop_copies(in.inherit));
-          block_[in.tensor] = block_[in.inherit];
-          inherited.push_back(in.inherit);
-          break;
-        }
-        bool placed = allocator_.allocate_at(placement_.offset[k], in.bytes);
-        FERRY_CHECK(placed, "instruction {}: '{}' does not fit at its planned offset", k, graph_.tensor(in.tensor).name);
-        block_[in.tensor] = placement_.offset[k];
-        if (graph_.tensor(in.tensor).role == TensorRole::kInput) {
-          size_t i = static_cast<size_t>(std::find(inputs.begin(), inputs.end(), in.tensor) - inputs.begin());
-          FERRY_RETURN_IF_ERROR(compiled_->from_plain(in.tensor, host_inputs[i], address_of(in.tensor)));
-        }
-        break;
-      }
-      case InstrKind::kFree:
-      case InstrKind::kRelease:
-        if (graph_.tensor(in.tensor).persistent()) break;
-        // A block is released only after its swap-out has completed.
-        FERRY_RETURN_IF_ERROR(wait_out(in.tensor));
-        allocator_.free(block_[in.tensor]);
-        block_[in.tensor] = kNoBlock;
-        if (in.kind == InstrKind::kFree) FERRY_RETURN_IF_ERROR(drop_copies(in.tensor));
-        break;
-      case InstrKind::kAllocScratch: {
-        bool placed = allocator_.allocate_at(placement_.offset[k], in.bytes);
-        FERRY_CHECK(placed, "instruction {}: scratch of op {} does not fit at its planned offset", k, in.op);
-        scratch_offset = placement_.offset[k];
-        break;
-      }
-      case InstrKind::kFreeScratch:
-        allocator_.free(scratch_offset);
-        scratch_offset = kNoBlock;
-        break;
-      case InstrKind::kRun: {
-        // A consumer never starts before its swap-ins have completed, and never overwrites a
-        // block a swap-out is still reading.
-        for (TensorId t : graph_.ops[in.op].inputs) FERRY_RETURN_IF_ERROR(wait_in(t));
-        for (TensorId t : graph_.ops[in.op].outputs) FERRY_RETURN_IF_ERROR(wait_out(t));
-        DevicePtr scratch = scratch_offset != kNoBlock ? arena_ + scratch_offset : DevicePtr{};
-        FERRY_RETURN_IF_ERROR(run_op(in.op, ctx, scratch));
-        for (TensorId t : inherited) block_[t] = kNoBlock;
-        inherited.clear();
-        break;
-      }
-      case InstrKind::kSwapOut:
-        out_ticket_[in.tensor] = engine_->swap_out(in.tensor, address_of(in.tensor), in.bytes, tier(in.tier));
-        has_copy_[in.tensor] |= in.tier == Tier::kHost ? 1 : 2;
-        break;
-      case InstrKind::kSwapIn:
-        in_ticket_[in.tensor] = engine_->swap_in(in.tensor, address_of(in.tensor), in.bytes, tier(in.tier));
-        break;
-    }
-  }
-  if (engine_) FERRY_RETURN_IF_ERROR(engine_->drain());
+  recomputed_ops_ = 0;
+  std::fill(gone_at_.begin(), gone_at_.end(), -1);
+  for (size_t k = 0; k < program_.instructions.size(); ++k)
+    FERRY_RETURN_IF_ERROR(run_instruction(k, program_.instructions[k], ctx, inputs, host_inputs));
   float loss = std::nanf("");
   if (graph_.loss != kNoTensor && block_[graph_.loss] != kNoBlock) {
+    if (engine_) FERRY_RETURN_IF_ERROR(engine_->drain());
     FERRY_RETURN_IF_ERROR(compiled_->to_plain(graph_.loss, address_of(graph_.loss),
                                               std::as_writable_bytes(std::span<float>(&loss, 1))));
   }
-  FERRY_RETURN_IF_ERROR(backend_.synchronize());
-  // Whatever the program leaves allocated besides persistent tensors (the loss) dies now.
-  for (const Tensor& t : graph_.tensors)
-    if (!t.persistent() && block_[t.id] != kNoBlock) {
-      allocator_.free(block_[t.id]);
-      block_[t.id] = kNoBlock;
-    }
+  FERRY_RETURN_IF_ERROR(end_iteration());
   IterationStats st;
   st.iteration = iteration;
   st.loss = loss;

@@ -8,16 +8,39 @@
 //   budget. A budget below what the plan needs fails in create(), before any kernel runs, with a
 //   message that says how much is needed.
 // - The Schedule is lowered to a Program (schedule/program.h) and every block of the program gets a
-//   static offset (schedule/placement.h): [persistent region: weights and optimizer state | transient
-//   blocks placed by the analysis' sharing planner]. The executor interprets the program,
-//   allocating each block at its offset through the same OffsetAllocator the simulator uses, so
-//   the measured peak is a real count of the bytes the allocator handed out. For the keep plan
-//   it equals the analysis prediction byte for byte; for any plan it equals the simulator's.
-// - The executor owns all memory; kernels get addresses and never allocate.
+//   static offset (schedule/placement.h). The executor interprets the program and puts every block
+//   at its planned offset. The executor owns all memory; kernels get addresses and never allocate.
+// - What the executor reports about memory is measured from what it does, never copied from the
+//   plan (Note [Measured memory]). The plan's own figures are reported beside the measurements as
+//   predictions, so a disagreement shows.
+//
+// Note [Measured memory]
+//   - Live bytes: the executor keeps its own table of the blocks it holds (offset -> bytes, owner)
+//     and updates it at every allocation and free it performs: materialised outputs, swap-ins,
+//     recomputed tensors and temporaries, op scratch (oneDNN's scratchpads come from the arena:
+//     scratchpad_mode::user), data inputs and the persistent region. Sizes are the backend's
+//     (CompiledGraph::tensor_bytes / scratch_bytes), rounded to the device alignment. The
+//     high-water mark is measured_peak_bytes(). The table refuses a block that overlaps a live one
+//     or ends past the arena, naming both tensors: a corrupt plan stops with an error instead of
+//     running on clobbered data.
+//   - Extent: the arena is filled with a pattern when it is created; measured_extent_bytes() scans
+//     it for the highest byte that no longer holds the pattern (the highest byte any kernel,
+//     transfer or initialisation wrote). It cannot see a write of the pattern's own value, so it is
+//     a lower bound, exact up to such a coincidence at the very top.
+//   - The arena's end is enforced by the operating system: the backend maps guard pages after it
+//     (Backend::allocate), so a kernel writing past the budget faults, and the fault handler
+//     (common/fault_guard.h) names the op that was running.
+//   - Residency: every op checks that the tensors it reads and writes are on the device; a read of
+//     a tensor that was freed, released or not yet swapped in is an error naming the op, the
+//     tensor and where it went.
+//   - verify_memory adds the checks of runtime/memory_verifier.h (guard bytes around every block,
+//     poisoned free memory, content checksums of every tensor between its write and its reads).
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "analysis/analysis.h"
@@ -25,15 +48,30 @@
 #include "common/status.h"
 #include "data/data.h"
 #include "graph/graph.h"
-#include "schedule/placement.h"
-#include "schedule/program.h"
-#include "schedule/schedule.h"
-#include "memory/offset_allocator.h"
+#include "runtime/memory_verifier.h"
 #include "runtime/ssd_tier.h"
 #include "runtime/tiers.h"
 #include "runtime/transfer_engine.h"
+#include "schedule/placement.h"
+#include "schedule/program.h"
+#include "schedule/schedule.h"
 
 namespace ferry {
+
+// Test-only corruptions of a lowered, placed plan, applied inside create() after the prediction
+// is made, to show that the runtime's own measurements catch what the planner would not
+// (tests/runtime/memory_truth_test.cc). Each picks its victim itself (the first that qualifies).
+enum class PlanCorruption : uint8_t {
+  kNone,
+  kOverlapPlacement,  // a transient block is moved onto another block live at the same time
+  kEarlyFree,         // a tensor's kFree moves to right after its first reader (before its last)
+  kLateSwapIn,        // a swap-in (and its allocation) moves after the op that reads it
+  kDelayFree,         // a kFree moves to the end of the iteration; the program is placed again,
+                      // so it runs, holding more memory than the prediction says
+  kUndersizeTensor,   // the executor believes a tensor is half its size (a backend misreport)
+  kWriteAfterFree,    // a tensor's block is freed right after its allocation, its address kept
+  kDropSwapIn,        // a swap-in's copy is never issued: its block is allocated but not filled
+};
 
 struct ExecutorOptions {
   uint64_t budget_bytes = 0;  // device arena capacity; 0 = exactly what the plan needs
@@ -46,6 +84,11 @@ struct ExecutorOptions {
   uint64_t ssd_tier_bytes = 0;
   bool checksum = false;          // verify every swapped byte on its way back
   SsdFault ssd_fault = {};        // fault injection, for tests
+  // Guard bytes, poisoned free memory and content checksums, checked after every op
+  // (runtime/memory_verifier.h). The arena grows by the guards; the budget still bounds the
+  // measured live bytes.
+  bool verify_memory = false;
+  PlanCorruption corruption = PlanCorruption::kNone;  // tests only
 };
 
 struct IterationStats {
@@ -57,7 +100,7 @@ struct IterationStats {
 class Executor {
  public:
   // Compiles `graph` on `backend`, analyses it with the backend's sizes, checks the plan and
-  // allocates the arena. Errors: kOutOfMemory when the budget is below required_bytes() (the
+  // allocates the arena. Errors: kOutOfMemory when the budget is below predicted_peak_bytes() (the
   // message gives the needed bytes), InvalidArgument for graphs the backend cannot run.
   // `schedule` defaults to the keep plan (policy none). Errors of an invalid schedule:
   // InvalidArgument naming the step and tensor.
@@ -72,6 +115,8 @@ class Executor {
   // optimizer state.
   Status initialize();
   // Runs one training iteration (forward, backward, update) on the batch `data` yields for it.
+  // Errors: the backend's, the transfer engine's, and Internal naming the op and tensor when the
+  // runtime's own checks find the plan corrupt (Note [Measured memory]).
   Result<IterationStats> run_iteration(int64_t iteration, DataSource& data);
 
   // The graph with the backend's tensor sizes, and its analysis.
@@ -79,17 +124,37 @@ class Executor {
   const Analysis& analysis() const { return analysis_; }
   const Program& program() const { return program_; }
   const CompiledGraph& compiled() const { return *compiled_; }
-  uint64_t persistent_region_bytes() const { return placement_.persistent_region_bytes; }
-  // Device bytes the plan needs: persistent region + placed transient blocks.
-  uint64_t required_bytes() const { return placement_.arena_bytes; }
   uint64_t budget_bytes() const { return budget_bytes_; }
-  // Highest arena address handed out so far (the bytes of device memory actually used).
-  uint64_t peak_device_bytes() const { return allocator_.stats().peak_high_water_bytes; }
-  const AllocatorStats allocator_stats() const { return allocator_.stats(); }
+
+  // Predictions: the plan's figures, computed from the program before anything runs.
+  // Device bytes the plan needs (persistent region + placed transient blocks): what must fit.
+  uint64_t predicted_peak_bytes() const { return predicted_peak_bytes_; }
+  // The most bytes the program holds at once (blocks rounded to the device alignment).
+  uint64_t predicted_live_peak_bytes() const { return predicted_live_peak_bytes_; }
+  uint64_t persistent_region_bytes() const { return placement_.persistent_region_bytes; }
+
+  // Measurements (Note [Measured memory]): high-water of the bytes the executor held, from its
+  // own allocations and frees since create().
+  uint64_t measured_peak_bytes() const { return peak_live_bytes_; }
+  // The highest byte of the arena written so far, + 1 (scans the arena from the top: O(arena
+  // bytes above the extent)). With verify_memory the arena holds guards too.
+  Result<uint64_t> measured_extent_bytes() const;
+  // The swap tiers' counters (zero when the schedule does not use the tier): peaks are measured
+  // by the tiers' own space accounting.
+  TierStats host_tier_stats() const { return host_tier_ ? host_tier_->stats() : TierStats{}; }
+  TierStats ssd_tier_stats() const { return ssd_tier_ ? ssd_tier_->stats() : TierStats{}; }
+
   // Transfer counters (zero when the schedule swaps nothing).
   TransferEngineStats transfer_stats() const { return engine_ ? engine_->stats() : TransferEngineStats{}; }
+  // The transfers of the last iteration, times in microseconds since that iteration started.
+  // Only the last iteration's are kept (a long run's memory stays flat).
+  const std::vector<TransferRecord>& last_transfers() const { return last_transfers_; }
+  // Records the transfer engine holds beyond last_transfers() (0 between iterations).
+  size_t transfer_records_pending() const { return engine_ ? engine_->records_held() : 0; }
   // Seconds the compute thread waited for transfers in the last iteration.
   double last_stall_seconds() const { return stall_seconds_; }
+  // Kernels the last iteration ran again to rematerialise a tensor (recomputes), counted as run.
+  size_t last_recomputed_ops() const { return recomputed_ops_; }
 
   // Wall time of every op in the last iteration, in microseconds (record_op_times only).
   const std::vector<double>& op_times_us() const { return op_times_us_; }
@@ -100,8 +165,36 @@ class Executor {
  private:
   Executor(Graph graph, Backend& backend, std::unique_ptr<CompiledGraph> compiled, Analysis analysis,
            Program program, ProgramPlacement placement, const ExecutorOptions& options, uint64_t budget);
-  DevicePtr address_of(TensorId t) const;
+  Status setup_arena();
+  Status make_tiers();
+
+  // The block table (Note [Measured memory]).
+  struct LiveBlock {
+    uint64_t block_bytes = 0;    // with guards in verify mode
+    uint64_t payload_bytes = 0;  // the tensor's or scratch's bytes, as the backend reports them
+    TensorId tensor = kNoTensor; // kNoTensor for scratch
+    OpId scratch_of = kNoOp;
+  };
+  uint64_t payload_bytes_of(TensorId t) const;
+  std::string block_name(const LiveBlock& b) const;
+  Status acquire(uint64_t block_offset, const LiveBlock& b, OpId step);
+  Status release(uint64_t block_offset, OpId step);
+
+  Status run_instruction(size_t k, const Instruction& in, const RunContext& ctx, const std::vector<TensorId>& inputs,
+                         const std::vector<std::vector<std::byte>>& host_inputs);
+  Status alloc_tensor(size_t k, const Instruction& in);
+  Status load_input(TensorId t, const std::vector<TensorId>& inputs,
+                    const std::vector<std::vector<std::byte>>& host_inputs);
+  Status free_tensor(const Instruction& in);
+  Status run_kernel(const Instruction& in, const RunContext& ctx);
+  Status check_resident(const Op& op, OpId step) const;
   Status run_op(OpId op, const RunContext& ctx, DevicePtr scratch);
+  DevicePtr address_of(TensorId t) const { return arena_ + block_[t]; }
+  SwapTier& tier(Tier t) { return t == Tier::kHost ? *host_tier_ : *ssd_tier_; }
+  Status wait_out(TensorId t);
+  Status wait_in(TensorId t);
+  Status drop_copies(TensorId t);
+  Status end_iteration();
 
   Graph graph_;
   Backend& backend_;
@@ -111,21 +204,31 @@ class Executor {
   uint64_t budget_bytes_ = 0;
   Program program_;
   ProgramPlacement placement_;
+  uint64_t predicted_peak_bytes_ = 0;
+  uint64_t predicted_live_peak_bytes_ = 0;
+  uint64_t guard_bytes_ = 0;  // per side of every block (verify_memory)
+  uint64_t arena_bytes_ = 0;
   DevicePtr arena_{};
-  OffsetAllocator allocator_;
+  std::map<uint64_t, LiveBlock> live_;  // by block offset
+  uint64_t live_bytes_ = 0, peak_live_bytes_ = 0;
   static constexpr uint64_t kNoBlock = ~uint64_t{0};
-  std::vector<uint64_t> block_;  // per tensor: offset of its device block, or kNoBlock
+  std::vector<uint64_t> block_;       // per tensor: payload offset of its device block, or kNoBlock
+  std::vector<uint64_t> block_of_;    // per tensor: offset of its block in live_ (kNoBlock: none)
+  std::vector<int32_t> gone_at_;      // per tensor: step it last left the device (-1: never)
+  TensorId victim_ = kNoTensor;          // of an executor-level corruption (tests)
+  std::vector<std::string> op_labels_;   // "op 'conv1' (step 3)", for the fault guard
+  uint64_t scratch_block_ = kNoBlock;
+  std::vector<TensorId> inherited_;  // inputs whose block an output of the coming kRun took over
+  std::unique_ptr<MemoryVerifier> verifier_;
   std::vector<DevicePtr> in_ptrs_, out_ptrs_;
-  Status make_tiers();
-  SwapTier& tier(Tier t) { return t == Tier::kHost ? *host_tier_ : *ssd_tier_; }
-  Status wait_out(TensorId t);
-  Status wait_in(TensorId t);
-  Status drop_copies(TensorId t);
   std::unique_ptr<SwapTier> host_tier_, ssd_tier_;
   std::unique_ptr<TransferEngine> engine_;
   std::vector<TransferTicket> out_ticket_, in_ticket_;  // per tensor, pending transfers
   std::vector<uint8_t> has_copy_;                       // per tensor: bit 0 host, bit 1 ssd
+  std::vector<TransferRecord> last_transfers_;
+  double iteration_start_us_ = 0;
   double stall_seconds_ = 0;
+  size_t recomputed_ops_ = 0;
   int64_t optimizer_step_ = 0;
   std::vector<double> op_times_us_;
 };

@@ -52,7 +52,7 @@ Result<OpProfile> profile_ops(const Graph& g, Backend& backend, DataSource& data
   }
   out.median_us.resize(g.ops.size());
   for (size_t i = 0; i < g.ops.size(); ++i) out.median_us[i] = median(samples[i]);
-  out.peak_device_bytes = ex->peak_device_bytes();
+  out.measured_peak_bytes = ex->measured_peak_bytes();
   return out;
 }
 

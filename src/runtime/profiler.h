@@ -20,7 +20,7 @@ namespace ferry {
 struct OpProfile {
   std::vector<double> median_us;   // per op
   std::vector<double> iteration_ms;  // every measured iteration (warm-up excluded)
-  uint64_t peak_device_bytes = 0;
+  uint64_t measured_peak_bytes = 0;  // high-water of the bytes the executor held (measured)
 };
 
 // Runs `warmup + iters` training iterations and returns every op's median time.

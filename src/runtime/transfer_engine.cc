@@ -141,6 +141,11 @@ std::vector<TransferRecord> TransferEngine::take_records() {
   return std::exchange(records_, {});
 }
 
+size_t TransferEngine::records_held() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return records_.size();
+}
+
 TransferEngineStats TransferEngine::stats() const {
   std::lock_guard lock(mu_);
   return stats_;

@@ -133,8 +133,12 @@ class TransferEngine {
   // The first error of any transfer, or ok.
   Status status() const;
 
-  // The records of the transfers completed since the last call, in completion order.
+  // The records of the transfers completed since the last call, in completion order. Records
+  // accumulate until taken: a long-running owner must take them (the executor does, every
+  // iteration) or create the engine with keep_records = false.
   std::vector<TransferRecord> take_records();
+  // Records held now (not yet taken).
+  size_t records_held() const;
   TransferEngineStats stats() const;
   // Microseconds since the epoch, on the records' clock.
   double now_us() const;

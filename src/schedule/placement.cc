@@ -1,5 +1,7 @@
 #include "schedule/placement.h"
 
+#include <utility>
+
 #include <fmt/format.h>
 
 #include "memory/sharing_plan.h"
@@ -70,6 +72,37 @@ Result<ProgramPlacement> place_program(const Graph& g, const Program& p, uint64_
     out.offset[opened_by[b]] = out.persistent_region_bytes + out.plan.offsets[b];
   out.arena_bytes = out.persistent_region_bytes + out.plan.arena_bytes;
   return out;
+}
+
+ProgramLivePeak program_live_peak(const Graph& g, const Program& p, uint64_t alignment) {
+  ProgramLivePeak peak;
+  uint64_t live = 0, scratch = 0;
+  std::vector<uint64_t> held(g.tensors.size(), 0);
+  for (size_t k = 0; k < p.instructions.size(); ++k) {
+    const Instruction& in = p.instructions[k];
+    switch (in.kind) {
+      case InstrKind::kAlloc:
+        if (in.inherit != kNoTensor) {
+          held[in.tensor] = std::exchange(held[in.inherit], 0);
+        } else if (held[in.tensor] == 0) {
+          held[in.tensor] = align_up(in.bytes, alignment);
+          live += held[in.tensor];
+        }
+        break;
+      case InstrKind::kAllocScratch:
+        scratch = align_up(in.bytes, alignment);
+        live += scratch;
+        break;
+      case InstrKind::kFreeScratch: live -= std::exchange(scratch, 0); break;
+      case InstrKind::kFree:
+      case InstrKind::kRelease:
+        if (!g.tensor(in.tensor).persistent()) live -= std::exchange(held[in.tensor], 0);
+        break;
+      default: break;
+    }
+    if (live > peak.bytes) peak = {live, k};
+  }
+  return peak;
 }
 
 }  // namespace ferry

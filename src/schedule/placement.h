@@ -38,4 +38,15 @@ struct ProgramPlacement {
 // Places every block of `p`. Errors: a program that frees what it did not allocate (Internal).
 Result<ProgramPlacement> place_program(const Graph& g, const Program& p, uint64_t alignment);
 
+// The most bytes `p` holds at once, in program order (every kAlloc that opens a block and every
+// kAllocScratch adds its bytes rounded up to `alignment`, every kFree/kRelease/kFreeScratch of a
+// transient block subtracts them; persistent tensors are allocated once), and the index of the
+// instruction after which that peak is first reached. This is the plan's prediction of the live
+// bytes the executor will measure.
+struct ProgramLivePeak {
+  uint64_t bytes = 0;
+  size_t instruction = 0;
+};
+ProgramLivePeak program_live_peak(const Graph& g, const Program& p, uint64_t alignment);
+
 }  // namespace ferry

@@ -134,8 +134,10 @@ TEST(Cli, TrainReportsLossesAndPeakAsJson) {
     EXPECT_TRUE(it.contains("loss"));
     EXPECT_TRUE(it.contains("time_ms"));
   }
-  EXPECT_LE(j["peak_device_bytes"].get<uint64_t>(), j["budget_bytes"].get<uint64_t>());
-  EXPECT_EQ(j["peak_device_bytes"], j["predicted_peak_bytes"]);
+  EXPECT_LE(j["measured_peak_bytes"].get<uint64_t>(), j["budget_bytes"].get<uint64_t>());
+  EXPECT_LE(j["measured_extent_bytes"].get<uint64_t>(), j["budget_bytes"].get<uint64_t>());
+  EXPECT_EQ(j["measured_peak_bytes"], j["predicted_live_peak_bytes"]);
+  EXPECT_GT(j["peak_rss_bytes"].get<uint64_t>(), j["measured_peak_bytes"].get<uint64_t>());
   EXPECT_TRUE(j.contains("median_iter_ms"));
 }
 
@@ -221,15 +223,16 @@ TEST(Cli, TrainWithAPolicyFitsTheBudgetAndKeepsTheLosses) {
   Output ref = ferry(model);
   ASSERT_EQ(ref.code, 0) << ref.out;
   const auto r = nlohmann::json::parse(ref.out);
-  const uint64_t peak = r["peak_device_bytes"].get<uint64_t>();
+  const uint64_t peak = r["predicted_peak_bytes"].get<uint64_t>();
   for (const char* tier : {"host", "ssd"}) {
     const uint64_t budget = peak * 7 / 10;
     Output o = ferry(model + " --policy vdnn-all --checksum --tier " + tier + " --budget " + std::to_string(budget));
     ASSERT_EQ(o.code, 0) << o.out;
     const auto j = nlohmann::json::parse(o.out);
     EXPECT_EQ(losses_of(j), losses_of(r)) << tier;
-    EXPECT_LE(j["peak_device_bytes"].get<uint64_t>(), budget) << tier;
-    EXPECT_EQ(j["peak_device_bytes"], j["predicted_peak_bytes"]) << tier;
+    EXPECT_LE(j["measured_peak_bytes"].get<uint64_t>(), budget) << tier;
+    EXPECT_LE(j["measured_extent_bytes"].get<uint64_t>(), budget) << tier;
+    EXPECT_EQ(j["measured_peak_bytes"], j["predicted_live_peak_bytes"]) << tier;
   }
 }
 
@@ -246,11 +249,11 @@ TEST(Cli, TrainConvAlgorithm) {
   ASSERT_EQ(wino.code, 0) << wino.out;
   const auto w = nlohmann::json::parse(wino.out);
   EXPECT_EQ(w["conv_algorithm"], "winograd");
-  EXPECT_EQ(w["peak_device_bytes"], w["predicted_peak_bytes"]);
+  EXPECT_EQ(w["measured_peak_bytes"], w["predicted_live_peak_bytes"]);
   if (w["winograd_kernels"].get<int>() > 0) {
-    EXPECT_GT(w["peak_device_bytes"].get<uint64_t>(), d["peak_device_bytes"].get<uint64_t>());
+    EXPECT_GT(w["predicted_peak_bytes"].get<uint64_t>(), d["predicted_peak_bytes"].get<uint64_t>());
     // A budget that fits the direct plan but not Winograd's scratch: the error points at direct.
-    const std::string budget = std::to_string(d["peak_device_bytes"].get<uint64_t>());
+    const std::string budget = std::to_string(d["predicted_peak_bytes"].get<uint64_t>());
     expect_failure(base + " --conv-algo winograd --budget " + budget, 1, "--conv-algo direct");
   }
   expect_failure(base + " --conv-algo fft", 2, "unknown convolution algorithm 'fft'");

@@ -1,8 +1,13 @@
 // Swapping and recomputation never change the numbers, never exceed the budget, and run exactly
 // as predicted: for every policy, on a small ResNet, DenseNet and transformer, at 100% and 50% of
 // the no-plan peak and at the policy's own minimum, on both tiers, three training iterations give
-// bitwise the losses and final weights of training without a plan; the arena's measured peak is
-// at most the budget and equals the simulator's prediction. A few cases compile the convolutions
+// bitwise the losses, the final weights and the final optimizer state of training without a plan.
+// Every case asserts that the plan really moved bytes or recomputed ops, as the executor counted
+// them (a case in which nothing moves proves nothing, and is not claimed: budget-aware policies
+// keep everything at 100%, so that budget is skipped for them, and vdnn-conv has nothing to move
+// in a model without convolutions). Memory is measured by the executor's own accounting and
+// compared with the simulator's prediction: the live peak equal, the highest byte written no
+// higher than the predicted arena, both within the budget. A few cases compile the convolutions
 // as Winograd, whose scratch (MiBs per kernel) the plans must place like any other.
 #include <gtest/gtest.h>
 
@@ -25,9 +30,12 @@ constexpr int kIters = 3;
 
 struct Outcome {
   std::vector<float> losses;
-  std::vector<std::vector<std::byte>> weights;
-  uint64_t peak = 0;
-  uint64_t swapped_bytes = 0;
+  std::vector<std::vector<std::byte>> persistent;  // weights and optimizer state, in tensor order
+  uint64_t predicted_peak = 0;   // the plan's arena (for the reference: the no-swap peak)
+  uint64_t measured_peak = 0;    // live bytes, the executor's accounting
+  uint64_t measured_extent = 0;  // highest byte written, an arena scan
+  uint64_t swapped_bytes = 0;    // transfer engine: bytes that went out
+  size_t recomputed_ops = 0;     // kernels run again, summed over iterations
 };
 
 Graph model(const std::string& name) {
@@ -54,13 +62,16 @@ Result<Outcome> train(const Graph& g, const Schedule* schedule, uint64_t budget,
   for (int i = 0; i < kIters; ++i) {
     FERRY_ASSIGN_OR_RETURN(IterationStats st, ex->run_iteration(i, *data));
     out.losses.push_back(st.loss);
+    out.recomputed_ops += ex->last_recomputed_ops();
   }
   for (const Tensor& t : g.tensors)
-    if (t.role == TensorRole::kWeight) {
+    if (t.persistent()) {
       FERRY_ASSIGN_OR_RETURN(std::vector<std::byte> w, ex->read_persistent(t.id));
-      out.weights.push_back(std::move(w));
+      out.persistent.push_back(std::move(w));
     }
-  out.peak = ex->peak_device_bytes();
+  out.predicted_peak = ex->predicted_peak_bytes();
+  out.measured_peak = ex->measured_peak_bytes();
+  FERRY_ASSIGN_OR_RETURN(out.measured_extent, ex->measured_extent_bytes());
   out.swapped_bytes = ex->transfer_stats().bytes_out;
   return out;
 }
@@ -72,6 +83,12 @@ struct Case {
 };
 void PrintTo(const Case& c, std::ostream* os) {
   *os << c.model << " with " << c.policy << ", convolutions " << to_string(c.conv);
+}
+
+bool budget_aware(const std::string& policy) {
+  for (const PolicyInfo& p : list_policies())
+    if (p.name == policy) return p.budget_aware;
+  return false;
 }
 
 class SwapIdentity : public ::testing::TestWithParam<Case> {};
@@ -104,8 +121,9 @@ TEST_P(SwapIdentity, BitwiseIdenticalWithinBudgetAsPredicted) {
       GTEST_SKIP() << min_budget.status().message();
     ASSERT_TRUE(min_budget.ok()) << min_budget.status().message();
     for (double fraction : {1.0, 0.5, 0.0}) {
+      if (fraction == 1.0 && budget_aware(c.policy)) continue;  // nothing would move
       const uint64_t budget =
-          fraction > 0 ? static_cast<uint64_t>(static_cast<double>(reference->peak) * fraction) : *min_budget;
+          fraction > 0 ? static_cast<uint64_t>(static_cast<double>(reference->predicted_peak) * fraction) : *min_budget;
       PlanContext at = ctx;
       at.budget_bytes = budget;
       at.tier = tier;
@@ -129,11 +147,17 @@ TEST_P(SwapIdentity, BitwiseIdenticalWithinBudgetAsPredicted) {
       Result<Outcome> run = train(g, &plan->schedule, budget, bo);
       ASSERT_TRUE(run.ok()) << run.status().message();
       ++ran;
-      EXPECT_LE(run->peak, budget);
-      EXPECT_EQ(run->peak, predicted->peak_device_bytes);
+      EXPECT_TRUE(run->swapped_bytes > 0 || run->recomputed_ops > 0)
+          << "the plan moved nothing: the case proves nothing";
+      EXPECT_LE(run->measured_peak, budget);
+      EXPECT_LE(run->measured_extent, budget);
+      EXPECT_EQ(run->measured_peak, predicted->peak_in_use_bytes);
+      EXPECT_LE(run->measured_extent, predicted->peak_device_bytes);
       ASSERT_EQ(run->losses.size(), reference->losses.size());
       EXPECT_EQ(0, std::memcmp(run->losses.data(), reference->losses.data(), sizeof(float) * kIters));
-      EXPECT_TRUE(run->weights == reference->weights) << "final weights differ";
+      ASSERT_EQ(run->persistent.size(), reference->persistent.size());
+      for (size_t i = 0; i < run->persistent.size(); ++i)
+        EXPECT_TRUE(run->persistent[i] == reference->persistent[i]) << "persistent tensor " << i << " differs";
     }
   }
   EXPECT_GE(ran, 2) << "the policy must run at least at its minimum budget on both tiers";
@@ -142,8 +166,10 @@ TEST_P(SwapIdentity, BitwiseIdenticalWithinBudgetAsPredicted) {
 std::vector<Case> cases() {
   std::vector<Case> v;
   for (const char* m : {"resnet-mini", "densenet-mini", "gpt2-mini"})
-    for (const char* p : {"vdnn-all", "vdnn-conv", "lru", "lms", "capuchin", "checkpoint-sqrt", "checkmate"})
+    for (const char* p : {"vdnn-all", "vdnn-conv", "lru", "lms", "capuchin", "checkpoint-sqrt", "checkmate"}) {
+      if (std::string(m) == "gpt2-mini" && std::string(p) == "vdnn-conv") continue;  // no convolutions
       v.push_back({m, p});
+    }
   for (const char* p : {"lru", "capuchin"}) v.push_back({"resnet-mini", p, ConvAlgorithm::kWinograd});
   return v;
 }

@@ -204,7 +204,8 @@ class CpuBackend final : public Backend {
   }
 
   // Device memory is a pre-faulted HostRegion per allocate() (Note [Prefaulting] in
-  // common/host_region.cc), so the first training step pays no page faults inside kernels, and
+  // common/host_region.cc) with guard pages on both sides, so a kernel that writes past the
+  // budget faults with the op's name (common/fault_guard.h) instead of passing silently; and so the first training step pays no page faults inside kernels, and
   // a region the host cannot hold is refused here with the numbers instead of meeting the OOM
   // killer later. allocate() and free() are not thread-safe: call them from one thread (the
   // executor allocates its arena once, when it is created, and frees it when destroyed).
@@ -212,7 +213,8 @@ class CpuBackend final : public Backend {
     FERRY_ASSIGN_OR_RETURN(HostRegion region,
                            HostRegion::map(bytes, {.name = "cpu device memory",
                                                    .min_alignment = kDeviceAlignment,
-                                                   .prefault_threads = omp_get_max_threads()}));
+                                                   .prefault_threads = omp_get_max_threads(),
+                                                   .guard_bytes = kGuardBytes}));
     const DevicePtr ptr = device_address(region.data());
     regions_.emplace(ptr.address, std::move(region));
     return ptr;
@@ -240,9 +242,16 @@ class CpuBackend final : public Backend {
     std::memmove(host_address(dst), host_address(src), bytes);
     return Status::Ok();
   }
+  Status fill(DevicePtr dst, uint64_t bytes, uint8_t value) override {
+    if (bytes > 0) std::memset(host_address(dst), value, bytes);
+    return Status::Ok();
+  }
   Status synchronize() override { return Status::Ok(); }
 
  private:
+  // Inaccessible address space on each side of every region (costs no memory): wide enough that
+  // a kernel running past a tensor at the arena's end meets it rather than some other mapping.
+  static constexpr uint64_t kGuardBytes = 16ull << 20;
   dnnl::engine engine_;
   BackendOptions options_;
   std::map<uint64_t, HostRegion> regions_;  // live allocations, by base address
