@@ -102,6 +102,11 @@ class CompiledGraph {
   // Writes plain row-major host bytes `src` (numel * dtype size) to tensor `t` at `dst` in its
   // device layout, including any padding of the layout (zeroed).
   virtual Status from_plain(TensorId t, std::span<const std::byte> src, DevicePtr dst) = 0;
+  // The same two conversions between host buffers: `layout` holds the tensor's bytes as device
+  // memory holds them (tensor_bytes(t) long), which is what a swap tier stores. For tensors that
+  // live in a tier (offloaded weights and optimizer state): initialisation and checks.
+  virtual Status layout_to_plain(TensorId t, std::span<const std::byte> layout, std::span<std::byte> plain) = 0;
+  virtual Status plain_to_layout(TensorId t, std::span<const std::byte> plain, std::span<std::byte> layout) = 0;
 };
 
 // A device: its memory, copies between host and device, and graph compilation.

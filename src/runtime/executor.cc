@@ -9,6 +9,7 @@
 
 #include "common/fault_guard.h"
 #include "common/hash.h"
+#include "runtime/checksum.h"
 #include "common/units.h"
 #include "runtime/plan_corruption.h"
 
@@ -68,7 +69,8 @@ Executor::Executor(Graph graph, Backend& backend, std::unique_ptr<CompiledGraph>
       gone_at_(graph_.tensors.size(), -1),
       out_ticket_(graph_.tensors.size()),
       in_ticket_(graph_.tensors.size()),
-      has_copy_(graph_.tensors.size(), 0) {
+      has_copy_(graph_.tensors.size(), 0),
+      resident_(program_.device_resident(graph_)) {
   for (const Op& op : graph_.ops) op_labels_.push_back(fmt::format("op '{}' (step {})", op.name, op.id));
 }
 
@@ -141,10 +143,11 @@ Status Executor::setup_arena() {
   FERRY_RETURN_IF_ERROR(backend_.fill(arena_, arena_bytes_, MemoryVerifier::kUntouchedByte));
   if (options_.verify_memory)
     verifier_ = std::make_unique<MemoryVerifier>(backend_, arena_, arena_bytes_, graph_.tensors.size());
-  // Persistent tensors live across iterations: place them once, where the prologue puts them.
+  // Persistent tensors that live on the device across iterations: placed once, where the prologue
+  // puts them.
   for (size_t k = 0; k < program_.instructions.size(); ++k) {
     const Instruction& in = program_.instructions[k];
-    if (in.kind != InstrKind::kAlloc || !graph_.tensor(in.tensor).persistent()) continue;
+    if (in.kind != InstrKind::kAlloc || !resident_[in.tensor]) continue;
     FERRY_RETURN_IF_ERROR(alloc_tensor(k, in));
   }
   return Status::Ok();
@@ -154,13 +157,15 @@ Status Executor::make_tiers() {
   // Capacity of a tier: the bytes of every distinct tensor the program swaps to it.
   uint64_t need[2] = {0, 0};
   std::vector<uint8_t> seen(graph_.tensors.size(), 0);
-  for (const Instruction& in : program_.instructions) {
-    if (in.kind != InstrKind::kSwapOut) continue;
-    const uint8_t bit = in.tier == Tier::kHost ? 1 : 2;
-    if (seen[in.tensor] & bit) continue;
-    seen[in.tensor] |= bit;
-    need[in.tier == Tier::kHost ? 0 : 1] += align_up(in.bytes, 4096);
-  }
+  auto count = [&](TensorId t, Tier tier, uint64_t bytes) {
+    const uint8_t bit = tier == Tier::kHost ? 1 : 2;
+    if (seen[t] & bit) return;
+    seen[t] |= bit;
+    need[tier == Tier::kHost ? 0 : 1] += align_up(bytes, 4096);
+  };
+  for (const Offload& o : program_.offloaded) count(o.tensor, o.tier, compiled_->tensor_bytes(o.tensor));
+  for (const Instruction& in : program_.instructions)
+    if (in.kind == InstrKind::kSwapOut) count(in.tensor, in.tier, in.bytes);
   if (need[0] == 0 && need[1] == 0) return Status::Ok();
   if (need[0] > 0) {
     HostTierOptions ho;
@@ -299,11 +304,33 @@ Status Executor::initialize() {
           host[i] = (2.0f * u - 1.0f) * bound;
         }
     }
-    FERRY_RETURN_IF_ERROR(compiled_->from_plain(
-        t.id, std::as_bytes(std::span<const float>(host.data(), host.size())), address_of(t.id)));
+    const std::span<const std::byte> plain = std::as_bytes(std::span<const float>(host.data(), host.size()));
+    if (!resident_[t.id]) {
+      FERRY_RETURN_IF_ERROR(write_home_copy(t.id, plain));
+      continue;
+    }
+    FERRY_RETURN_IF_ERROR(compiled_->from_plain(t.id, plain, address_of(t.id)));
     if (verifier_) FERRY_RETURN_IF_ERROR(verifier_->record(t.id, address_of(t.id), payload_bytes_of(t.id)));
   }
   optimizer_step_ = 0;
+  return Status::Ok();
+}
+
+Status Executor::write_home_copy(TensorId t, std::span<const std::byte> plain) {
+  const Tier home = *program_.home_tier(t);
+  SwapTier& where = tier(home);
+  std::vector<std::byte> layout(compiled_->tensor_bytes(t));
+  FERRY_RETURN_IF_ERROR(compiled_->plain_to_layout(t, plain, layout));
+  if (std::optional<SwapSlot> old = where.find(t)) where.release(*old);
+  FERRY_ASSIGN_OR_RETURN(SwapSlot slot, where.reserve(t, layout.size()));
+  FERRY_RETURN_IF_ERROR(where.write(slot, std::span<const std::byte>(layout)));
+  has_copy_[t] = home == Tier::kHost ? 1 : 2;
+  if (verifier_) {
+    // The hash of the layout bytes, as a swap-in will land them.
+    Hash64 h;
+    h.update(layout);
+    verifier_->set_record(t, h.digest());
+  }
   return Status::Ok();
 }
 
@@ -311,7 +338,7 @@ Status Executor::initialize() {
 
 Status Executor::alloc_tensor(size_t k, const Instruction& in) {
   const TensorId t = in.tensor;
-  if (graph_.tensor(t).persistent() && block_of_[t] != kNoBlock) return Status::Ok();  // placed in create()
+  if (resident_[t] && block_of_[t] != kNoBlock) return Status::Ok();  // placed in create()
   if (in.inherit != kNoTensor) {
     // In place: the output takes over the input's block; the input is still read by this step's
     // op and dies with it (with its copies).
@@ -352,7 +379,7 @@ Status Executor::load_input(TensorId t, const std::vector<TensorId>& inputs,
 
 Status Executor::free_tensor(const Instruction& in) {
   const TensorId t = in.tensor;
-  if (graph_.tensor(t).persistent()) return Status::Ok();
+  if (resident_[t]) return Status::Ok();
   // A block is released only after its swap-out has completed.
   FERRY_RETURN_IF_ERROR(wait_out(t));
   if (block_of_[t] == kNoBlock)
@@ -415,6 +442,9 @@ Status Executor::run_kernel(const Instruction& in, const RunContext& ctx) {
     for (TensorId t : op.inputs)
       FERRY_RETURN_IF_ERROR(
           verifier_->verify(t, graph_.tensor(t).name, address_of(t), payload_bytes_of(t), label));
+  // An update makes every copy of the persistent tensors it writes stale.
+  for (TensorId t : op.outputs)
+    if (graph_.tensor(t).persistent() && has_copy_[t] != 0) FERRY_RETURN_IF_ERROR(drop_copies(t));
   DevicePtr scratch = scratch_block_ != kNoBlock ? arena_ + (scratch_block_ + guard_bytes_) : DevicePtr{};
   FERRY_RETURN_IF_ERROR(run_op(in.op, ctx, scratch));
   if (in.recompute) ++recomputed_ops_;
@@ -487,7 +517,7 @@ Status Executor::end_iteration() {
   }
   // Whatever the program leaves allocated besides persistent tensors (the loss) dies now.
   for (const Tensor& t : graph_.tensors) {
-    if (t.persistent() || block_of_[t.id] == kNoBlock) continue;
+    if (resident_[t.id] || block_of_[t.id] == kNoBlock) continue;
     if (block_of_[t.id] != kZeroBlock) FERRY_RETURN_IF_ERROR(release(block_of_[t.id], static_cast<OpId>(graph_.ops.size())));
     block_[t.id] = block_of_[t.id] = kNoBlock;
     if (verifier_) verifier_->forget(t.id);
@@ -529,7 +559,19 @@ Result<std::vector<std::byte>> Executor::read_persistent(TensorId t) {
   const Tensor& tt = graph_.tensor(t);
   if (!tt.persistent()) return Status::InvalidArgument(fmt::format("tensor '{}' is not persistent", tt.name));
   std::vector<std::byte> host(static_cast<size_t>(tt.numel()) * dtype_size(tt.dtype));
-  FERRY_RETURN_IF_ERROR(compiled_->to_plain(t, address_of(t), host));
+  if (block_[t] != kNoBlock) {
+    FERRY_RETURN_IF_ERROR(compiled_->to_plain(t, address_of(t), host));
+    return host;
+  }
+  // Off the device between iterations: its home tier holds it, in the device layout.
+  const std::optional<Tier> home = program_.home_tier(t);
+  if (!home) return Status::Internal(fmt::format("persistent tensor '{}' is nowhere", tt.name));
+  if (engine_) FERRY_RETURN_IF_ERROR(engine_->drain());
+  std::optional<SwapSlot> slot = tier(*home).find(t);
+  if (!slot) return Status::Internal(fmt::format("offloaded tensor '{}' has no copy on {}", tt.name, to_string(*home)));
+  std::vector<std::byte> layout(slot->bytes);
+  FERRY_RETURN_IF_ERROR(tier(*home).read(*slot, std::span<std::byte>(layout)));
+  FERRY_RETURN_IF_ERROR(compiled_->layout_to_plain(t, layout, host));
   return host;
 }
 

@@ -159,7 +159,8 @@ class Executor {
   // Wall time of every op in the last iteration, in microseconds (record_op_times only).
   const std::vector<double>& op_times_us() const { return op_times_us_; }
 
-  // Plain row-major copy of a persistent tensor (weights, optimizer state), for checks.
+  // Plain row-major copy of a persistent tensor (weights, optimizer state), for checks; an
+  // offloaded one is read from its tier.
   Result<std::vector<std::byte>> read_persistent(TensorId t);
 
  private:
@@ -195,6 +196,8 @@ class Executor {
   Status wait_in(TensorId t);
   Status drop_copies(TensorId t);
   Status end_iteration();
+  // Writes an offloaded persistent tensor's initial value to its home tier.
+  Status write_home_copy(TensorId t, std::span<const std::byte> plain);
 
   Graph graph_;
   Backend& backend_;
@@ -225,6 +228,7 @@ class Executor {
   std::unique_ptr<TransferEngine> engine_;
   std::vector<TransferTicket> out_ticket_, in_ticket_;  // per tensor, pending transfers
   std::vector<uint8_t> has_copy_;                       // per tensor: bit 0 host, bit 1 ssd
+  std::vector<bool> resident_;  // per tensor: persistent and on the device between iterations
   std::vector<TransferRecord> last_transfers_;
   double iteration_start_us_ = 0;
   double stall_seconds_ = 0;

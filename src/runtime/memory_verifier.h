@@ -56,6 +56,8 @@ class MemoryVerifier {
   // Checks tensor `t`'s bytes against the recorded hash; `reader` names who reads it ("op 'fc'
   // (step 7)"), `how` what put the bytes there ("swap-in", "recompute", "its producer").
   Status verify(TensorId t, std::string_view tensor_name, DevicePtr ptr, uint64_t bytes, std::string_view reader);
+  // Sets tensor `t`'s hash to `hash` (bytes written outside device memory, e.g. to a tier).
+  void set_record(TensorId t, uint64_t hash) { content_[static_cast<size_t>(t)] = hash; }
   // Forgets tensor `t`'s hash (it died).
   void forget(TensorId t) { content_[static_cast<size_t>(t)].reset(); }
   bool has_record(TensorId t) const { return content_[static_cast<size_t>(t)].has_value(); }

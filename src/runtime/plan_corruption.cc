@@ -94,9 +94,10 @@ Result<TensorId> corrupt_placement(PlanCorruption c, const Graph& g, const Progr
   if (c != PlanCorruption::kOverlapPlacement) return kNoTensor;
   // The j-th instruction that opens a transient block opens placement.blocks[j].
   std::vector<size_t> opened_by;
+  const std::vector<bool> resident = p.device_resident(g);
   for (size_t k = 0; k < p.instructions.size(); ++k) {
     const Instruction& in = p.instructions[k];
-    if ((in.kind == InstrKind::kAlloc && in.inherit == kNoTensor && !g.tensor(in.tensor).persistent()) ||
+    if ((in.kind == InstrKind::kAlloc && in.inherit == kNoTensor && !resident[in.tensor]) ||
         in.kind == InstrKind::kAllocScratch)
       opened_by.push_back(k);
   }

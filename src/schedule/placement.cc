@@ -16,6 +16,7 @@ Result<ProgramPlacement> place_program(const Graph& g, const Program& p, uint64_
   std::vector<int32_t> open(g.tensors.size(), -1);  // tensor -> its current block
   std::vector<size_t> opened_by;                     // block -> instruction that opened it
   int32_t scratch_block = -1;
+  const std::vector<bool> resident = p.device_resident(g);
   auto open_block = [&](size_t k, const Instruction& in, TensorId t, OpId scratch_of) {
     Buffer b;
     b.id = static_cast<int32_t>(out.blocks.size());
@@ -32,7 +33,7 @@ Result<ProgramPlacement> place_program(const Graph& g, const Program& p, uint64_
     const Instruction& in = p.instructions[k];
     switch (in.kind) {
       case InstrKind::kAlloc: {
-        if (g.tensor(in.tensor).persistent()) {
+        if (resident[in.tensor]) {
           out.offset[k] = out.persistent_region_bytes;
           out.persistent_region_bytes += align_up(in.bytes, alignment);
           break;
@@ -56,7 +57,7 @@ Result<ProgramPlacement> place_program(const Graph& g, const Program& p, uint64_
         break;
       case InstrKind::kFree:
       case InstrKind::kRelease: {
-        if (g.tensor(in.tensor).persistent()) break;
+        if (resident[in.tensor]) break;
         int32_t b = open[in.tensor];
         if (b < 0) return Status::Internal(fmt::format("instruction {}: frees '{}', which has no block", k,
                                                        g.tensor(in.tensor).name));
@@ -78,6 +79,7 @@ ProgramLivePeak program_live_peak(const Graph& g, const Program& p, uint64_t ali
   ProgramLivePeak peak;
   uint64_t live = 0, scratch = 0;
   std::vector<uint64_t> held(g.tensors.size(), 0);
+  const std::vector<bool> resident = p.device_resident(g);
   for (size_t k = 0; k < p.instructions.size(); ++k) {
     const Instruction& in = p.instructions[k];
     switch (in.kind) {
@@ -96,7 +98,7 @@ ProgramLivePeak program_live_peak(const Graph& g, const Program& p, uint64_t ali
       case InstrKind::kFreeScratch: live -= std::exchange(scratch, 0); break;
       case InstrKind::kFree:
       case InstrKind::kRelease:
-        if (!g.tensor(in.tensor).persistent()) live -= std::exchange(held[in.tensor], 0);
+        if (!resident[in.tensor]) live -= std::exchange(held[in.tensor], 0);
         break;
       default: break;
     }

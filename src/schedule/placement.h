@@ -6,8 +6,10 @@
 //   that is never closed (the loss) lives to the last step. Block lifetimes are step intervals,
 //   [step of the opening instruction, step of the closing one], which over-approximates the
 //   order inside a step and so never lets two blocks that coexist share bytes.
-// - Persistent tensors (weights, optimizer state) are laid out first, in tensor-id order, each at
-//   an aligned offset: the persistent region [0, persistent_region_bytes).
+// - Persistent tensors (weights, optimizer state) that live on the device between iterations are
+//   laid out first, in tensor-id order, each at an aligned offset: the persistent region
+//   [0, persistent_region_bytes). Offloaded ones (Schedule::offloaded) come and go like transient
+//   tensors: a block per stay on the device.
 // - The other blocks are placed by the analysis' memory-sharing planner (memory/sharing_plan.h)
 //   after the persistent region. For the keep plan (policy none) these blocks are exactly the
 //   analysis' buffers, so the placement equals the analysis' static plan byte for byte.

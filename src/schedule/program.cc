@@ -174,6 +174,8 @@ class Lowering {
                    ? "it is never produced"
                    : fmt::format("it is not produced until step {}", producer_[static_cast<size_t>(t)]);
       case State::kOffDevice:
+        if (ts.released_at == kNoOp)
+          return fmt::format("it lives on {} between iterations and was not swapped in", to_string(home_tier(t)));
         return fmt::format("it was released at step {} and not brought back (swap_in or recompute)", ts.released_at);
       case State::kDead:
         return fmt::format("it is dead: its last use was step {}", pos_step(death_[static_cast<size_t>(t)]));
@@ -183,12 +185,31 @@ class Lowering {
   }
 
   Status emit_prologue() {
-    for (const Tensor& t : g_.tensors)
-      if (t.persistent()) {
-        push_alloc(0, t.id, false);
-        st_[static_cast<size_t>(t.id)].state = State::kOnDevice;
-        p_.persistent_bytes += t.bytes;
+    home_.assign(g_.tensors.size(), -1);
+    for (const Offload& o : s_.offloaded) {
+      if (o.tensor < 0 || static_cast<size_t>(o.tensor) >= g_.tensors.size())
+        return Status::InvalidArgument(
+            fmt::format("schedule '{}' offloads tensor id {}, not in [0, {})", s_.policy, o.tensor, g_.tensors.size()));
+      if (!g_.tensor(o.tensor).persistent())
+        return Status::InvalidArgument(fmt::format("schedule '{}' offloads '{}', which is not persistent (only "
+                                                   "weights and optimizer state have a home between iterations)",
+                                                   s_.policy, tname(o.tensor)));
+      if (home_[static_cast<size_t>(o.tensor)] >= 0)
+        return Status::InvalidArgument(fmt::format("schedule '{}' offloads '{}' twice", s_.policy, tname(o.tensor)));
+      home_[static_cast<size_t>(o.tensor)] = static_cast<int8_t>(tier_index(o.tier));
+    }
+    for (const Tensor& t : g_.tensors) {
+      if (!t.persistent()) continue;
+      TensorState& ts = st_[static_cast<size_t>(t.id)];
+      if (home_[static_cast<size_t>(t.id)] >= 0) {
+        ts.state = State::kOffDevice;  // in its tier since the last iteration
+        ts.copy[static_cast<size_t>(home_[static_cast<size_t>(t.id)])] = true;
+        continue;
       }
+      push_alloc(0, t.id, false);
+      ts.state = State::kOnDevice;
+      p_.persistent_bytes += t.bytes;
+    }
     for (const Tensor& t : g_.tensors)
       if (t.role == TensorRole::kInput) {
         push_alloc(0, t.id, false);
@@ -261,6 +282,13 @@ class Lowering {
         return Status::Ok();
       case ActionKind::kRelease:
         if (ts.state != State::kOnDevice) return error(i, part, k, a, "it is not on the device: " + absence(t));
+        if (g_.tensor(t).persistent() && home_[static_cast<size_t>(t)] < 0)
+          return error(i, part, k, a, "it is persistent and lives on the device between iterations; only an offloaded "
+                                      "persistent tensor may leave the device (Schedule::offloaded)");
+        if (g_.tensor(t).persistent() && !ts.copy[static_cast<size_t>(home_[static_cast<size_t>(t)])])
+          return error(i, part, k, a,
+                       fmt::format("its copy on {} is stale (an update wrote it): swap it out before releasing it",
+                                   to_string(home_tier(t))));
         push_tensor(InstrKind::kRelease, i, t);
         ts.state = State::kOffDevice;
         ts.released_at = i;
@@ -330,13 +358,26 @@ class Lowering {
         for (size_t k = 0; k < list.size(); ++k) FERRY_RETURN_IF_ERROR(emit_action(op.id, part, k, list[k]));
       }
     }
-    for (const Tensor& t : g_.tensors)
-      if ((t.persistent() || t.id == g_.loss) && st_[static_cast<size_t>(t.id)].state != State::kOnDevice)
+    for (const Tensor& t : g_.tensors) {
+      const TensorState& ts = st_[static_cast<size_t>(t.id)];
+      if (t.persistent() && home_[static_cast<size_t>(t.id)] >= 0) {
+        if (ts.state != State::kOffDevice)
+          return Status::InvalidArgument(fmt::format(
+              "schedule '{}': offloaded persistent tensor '{}' is still on the device when the iteration ends; it "
+              "must end in its tier ({}): release it after its last use",
+              s_.policy, t.name, to_string(home_tier(t.id))));
+        continue;  // its copy is valid: a release requires it
+      }
+      if ((t.persistent() || t.id == g_.loss) && ts.state != State::kOnDevice)
         return Status::InvalidArgument(fmt::format(
             "schedule '{}': {} '{}' is not on the device when the iteration ends ({}); bring it back before the end",
             s_.policy, t.persistent() ? "persistent tensor" : "the loss", t.name, absence(t.id)));
+    }
+    p_.offloaded = s_.offloaded;
     return Status::Ok();
   }
+
+  Tier home_tier(TensorId t) const { return home_[static_cast<size_t>(t)] == 0 ? Tier::kHost : Tier::kSsd; }
 
   const Graph& g_;
   const Schedule& s_;
@@ -346,6 +387,7 @@ class Lowering {
   std::vector<Pos> last_read_;
   std::vector<Pos> death_;
   std::vector<TensorState> st_;
+  std::vector<int8_t> home_;  // per tensor: tier index of an offloaded persistent tensor, or -1
 };
 
 }  // namespace
@@ -362,6 +404,13 @@ std::string_view to_string(InstrKind k) {
     case InstrKind::kSwapIn: return "swap_in";
   }
   return "?";
+}
+
+std::vector<bool> Program::device_resident(const Graph& g) const {
+  std::vector<bool> out(g.tensors.size(), false);
+  for (const Tensor& t : g.tensors) out[static_cast<size_t>(t.id)] = t.persistent();
+  for (const Offload& o : offloaded) out[static_cast<size_t>(o.tensor)] = false;
+  return out;
 }
 
 std::string Program::to_text(const Graph& g) const {

@@ -16,7 +16,9 @@
 //                        then outputs that nobody reads (not the loss)
 //                      after[i] actions, in order
 //   Persistent tensors and the loss are never freed: they are still allocated after the last
-//   instruction (the caller reads the loss, then frees it before the next iteration).
+//   instruction (the caller reads the loss, then frees it before the next iteration). Offloaded
+//   persistent tensors (Schedule::offloaded) get no prologue kAlloc: they start off the device
+//   with a valid copy in their tier, come in with kAlloc + kSwapIn, leave with kRelease.
 //
 // Actions
 //   kSwapOut(t, tier) -> kSwapOut                      (t must be on the device)
@@ -38,7 +40,9 @@
 //   on the device are overwritten with identical values (ops are deterministic), the others get
 //   a temporary block. Data inputs, persistent tensors and outputs of update ops cannot be
 //   recomputed.
-// - Persistent tensors and the loss must be on the device when the iteration ends.
+// - Persistent tensors and the loss must be on the device when the iteration ends, except
+//   offloaded persistent tensors, which must be off it with a valid copy in their tier. Only
+//   offloaded persistent tensors may be released.
 // - In-place (ProgramOptions::allow_inplace): op i's first output takes over its first input's
 //   block, with no kAlloc of its own, under the rule of analysis.h (inplace_capable op, input
 //   transient and not a data input, equal byte sizes) when the input's last use is op i itself.
@@ -50,6 +54,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -95,8 +100,19 @@ struct Program {
   std::string policy;             // Schedule::policy
   uint64_t budget_bytes = 0;      // Schedule::budget_bytes
   size_t num_steps = 0;
-  uint64_t persistent_bytes = 0;  // sum of persistent tensor bytes (allocated by the prologue)
+  uint64_t persistent_bytes = 0;  // sum of persistent tensor bytes allocated by the prologue
   size_t num_actions = 0;         // schedule actions lowered
+  std::vector<Offload> offloaded;  // Schedule::offloaded
+
+  // Where persistent tensor `t` lives between iterations: nullopt for the device.
+  std::optional<Tier> home_tier(TensorId t) const {
+    for (const Offload& o : offloaded)
+      if (o.tensor == t) return o.tier;
+    return std::nullopt;
+  }
+  // Per tensor: whether it is persistent and lives on the device between iterations (placed in the
+  // persistent region, never freed).
+  std::vector<bool> device_resident(const Graph& g) const;
 
   // One line per instruction ("step 3  alloc  conv1.out  4.00 MiB  (inherits bn1.out)"),
   // for tests, debugging and `ferry plan --explain`.

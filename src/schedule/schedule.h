@@ -16,6 +16,12 @@
 //   stream. An op that reads t waits for the copy (a stall if it is not done).
 // - kRecompute(t): allocate t and re-run its producer op on the compute stream (its inputs must
 //   be on the device then). Recomputing a chain is a sequence of kRecompute actions in order.
+// - Persistent tensors (weights, optimizer state) live on the device between iterations unless
+//   the schedule offloads them (`offloaded`): an offloaded tensor lives in its tier between
+//   iterations, as ZeRO-Offload keeps optimizer state on the host. It starts every iteration off
+//   the device with a valid copy in that tier, is brought in (kSwapIn) before an op reads or
+//   updates it, may leave again (kRelease) whenever its copy is valid, and must end the iteration
+//   off the device with a valid copy in its tier (after an update: kSwapOut, then kRelease).
 // - Memory is allocated dynamically, in program order, by the same best-fit OffsetAllocator in
 //   the simulator and the runtime; since the order of allocations and frees is a function of the
 //   Schedule alone (never of timing), both see the same addresses and the same peak.
@@ -39,11 +45,19 @@ struct Action {
   bool operator==(const Action&) const = default;
 };
 
+// A persistent tensor that lives in `tier` between iterations.
+struct Offload {
+  TensorId tensor = kNoTensor;
+  Tier tier = Tier::kHost;
+  bool operator==(const Offload&) const = default;
+};
+
 struct Schedule {
   std::string policy = "none";
   uint64_t budget_bytes = 0;                // the device capacity the plan was made for (0 = none)
   std::vector<std::vector<Action>> before;  // per step
   std::vector<std::vector<Action>> after;   // per step
+  std::vector<Offload> offloaded;           // persistent tensors whose home is a tier
 
   // The empty plan for a graph with `steps` ops: keep everything, free at last use.
   static Schedule keep_all(size_t steps) {

@@ -70,6 +70,12 @@ class Simulation {
       r_.step_start_us.assign(p.num_steps, 0.0);
       r_.swap_in_wait_us.assign(g.tensors.size(), 0.0);
     }
+    // Offloaded persistent tensors begin the iteration in their tier, their copy complete.
+    for (const Offload& o : p.offloaded) {
+      const size_t tier = tier_index(o.tier);
+      ts(o.tensor).has_copy[tier] = true;
+      host_copy(tier, g.tensor(o.tensor).bytes, true);
+    }
   }
 
   // Runs the program; returns the result, and sets `failure` at the first failed allocation.
@@ -226,7 +232,10 @@ class Simulation {
     if (o_.record_waits && !in.recompute) r_.step_start_us[static_cast<size_t>(in.step)] = now_;
     const double dur = op_us_[static_cast<size_t>(op.id)];
     const double end = now_ + dur;
-    for (TensorId t : op.outputs) ts(t).ready_us = end;
+    for (TensorId t : op.outputs) {
+      ts(t).ready_us = end;
+      if (g_.tensor(t).persistent()) drop_copies(t);  // an update makes every copy stale
+    }
     r_.compute_busy_us += dur;
     if (in.recompute) {
       r_.recompute_us += dur;

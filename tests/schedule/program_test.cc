@@ -247,7 +247,10 @@ TEST(ProgramTest, ScheduleErrorsNameTheStepActionAndTensor) {
   {
     Schedule sch = s.empty();
     sch.after[4] = {swap_out(s.w), release(s.w)};
-    EXPECT_TRUE(contains(lower_error(s.g(), sch), "persistent tensor 'w' is not on the device when the iteration ends"));
+    EXPECT_TRUE(contains(lower_error(s.g(), sch), "only an offloaded persistent tensor may leave the device"));
+    sch.offloaded = {{s.w, Tier::kHost}};
+    EXPECT_TRUE(contains(lower_error(s.g(), sch), "lives on host between iterations and was not swapped in"));
+    sch.offloaded.clear();
     sch.after[4] = {release(s.loss)};
     EXPECT_TRUE(contains(lower_error(s.g(), sch), "the loss 'loss' is not on the device"));
   }
@@ -275,13 +278,23 @@ TEST(ProgramTest, AnUpdateMakesEveryCopyOfTheWeightStale) {
   h.op("upd", {w, dw}, {w}, std::nullopt, Phase::kUpdate);
   h.op("read_w", {w}, {}, std::nullopt, Phase::kUpdate);
   h.set_loss(loss);
+  // w lives on the host between iterations (offloaded).
   Schedule sch = Schedule::keep_all(4);
-  sch.after[0] = {swap_out(w), release(w)};
+  sch.offloaded = {{w, Tier::kHost}};
+  sch.before[0] = {swap_in(w)};
+  sch.after[0] = {release(w)};
   sch.before[1] = {swap_in(w)};  // fine: nothing wrote w since the copy was made
+  sch.after[3] = {swap_out(w), release(w)};
   EXPECT_TRUE(lower_schedule(h.graph(), sch).ok());
+  // The update at step 2 made the host copy stale: releasing w then would lose the update.
   sch.after[2] = {release(w)};
-  sch.before[3] = {swap_in(w)};  // the update at step 2 made the host copy stale
-  EXPECT_TRUE(contains(lower_error(h.graph(), sch), "no copy on host"));
+  sch.before[3] = {swap_in(w)};
+  EXPECT_TRUE(contains(lower_error(h.graph(), sch), "its copy on host is stale"));
+  // Ending the iteration with w on the device strands it.
+  sch.after[2].clear();
+  sch.before[3].clear();
+  sch.after[3] = {swap_out(w)};
+  EXPECT_TRUE(contains(lower_error(h.graph(), sch), "is still on the device when the iteration ends"));
 }
 
 // Live bytes while each op runs, from the program alone: what the interpreters will allocate.

@@ -133,31 +133,56 @@ class CpuCompiledGraph final : public CompiledGraph {
   }
 
   Status to_plain(TensorId t, DevicePtr src, std::span<std::byte> dst) override {
+    return convert_to_plain(t, host_address(src), dst);
+  }
+  Status from_plain(TensorId t, std::span<const std::byte> src, DevicePtr dst) override {
+    return convert_from_plain(t, src, host_address(dst));
+  }
+  Status layout_to_plain(TensorId t, std::span<const std::byte> layout, std::span<std::byte> plain) override {
+    FERRY_RETURN_IF_ERROR(check_layout_size(t, layout.size(), "layout_to_plain"));
+    return convert_to_plain(t, const_cast<std::byte*>(layout.data()), plain);
+  }
+  Status plain_to_layout(TensorId t, std::span<const std::byte> plain, std::span<std::byte> layout) override {
+    FERRY_RETURN_IF_ERROR(check_layout_size(t, layout.size(), "plain_to_layout"));
+    return convert_from_plain(t, plain, layout.data());
+  }
+
+ private:
+  // Device memory is host memory here: the conversions work on plain pointers.
+  Status convert_to_plain(TensorId t, void* src, std::span<std::byte> dst) {
     FERRY_RETURN_IF_ERROR(check_plain_size(t, dst.size(), "to_plain"));
     const Md& md = layouts_[static_cast<size_t>(t)];
     return dnnl_guard(fmt::format("to_plain of tensor '{}'", tensors_[static_cast<size_t>(t)].name), [&] {
       if (is_zero(md) || is_plain(md)) {
-        std::memcpy(dst.data(), host_address(src), dst.size());
+        std::memcpy(dst.data(), src, dst.size());
       } else {
-        reorder(md, host_address(src), plain_like(md), dst.data());
+        reorder(md, src, plain_like(md), dst.data());
       }
     });
   }
 
-  Status from_plain(TensorId t, std::span<const std::byte> src, DevicePtr dst) override {
+  Status convert_from_plain(TensorId t, std::span<const std::byte> src, void* dst) {
     FERRY_RETURN_IF_ERROR(check_plain_size(t, src.size(), "from_plain"));
     const Md& md = layouts_[static_cast<size_t>(t)];
     return dnnl_guard(fmt::format("from_plain of tensor '{}'", tensors_[static_cast<size_t>(t)].name), [&] {
       if (is_zero(md) || is_plain(md)) {
-        std::memcpy(host_address(dst), src.data(), src.size());
+        std::memcpy(dst, src.data(), src.size());
         return;
       }
-      if (md.get_size() > src.size()) std::memset(host_address(dst), 0, md.get_size());  // zero the padding
-      reorder(plain_like(md), const_cast<std::byte*>(src.data()), md, host_address(dst));
+      if (md.get_size() > src.size()) std::memset(dst, 0, md.get_size());  // zero the padding
+      reorder(plain_like(md), const_cast<std::byte*>(src.data()), md, dst);
     });
   }
 
- private:
+  Status check_layout_size(TensorId t, size_t bytes, std::string_view what) const {
+    if (t < 0 || static_cast<size_t>(t) >= tensors_.size())
+      return Status::InvalidArgument(fmt::format("{}: tensor id {} out of range ({} tensors)", what, t, tensors_.size()));
+    if (bytes != tensor_bytes(t))
+      return Status::InvalidArgument(fmt::format("{}: tensor '{}' has {} bytes in its layout, buffer has {}", what,
+                                                 tensors_[static_cast<size_t>(t)].name, tensor_bytes(t), bytes));
+    return Status::Ok();
+  }
+
   Status check_plain_size(TensorId t, size_t bytes, std::string_view what) const {
     if (t < 0 || static_cast<size_t>(t) >= tensors_.size())
       return Status::InvalidArgument(
