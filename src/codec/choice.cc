@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <vector>
 
 namespace ferry {
@@ -47,19 +48,21 @@ CodecChoice choose_codec(uint64_t bytes, std::span<const CodecCandidate> candida
     return c;
   };
   const CodecChoice none = evaluate(CodecId::kNone, CodecEstimate{});
-  CodecChoice best = none;
-  bool have_best = false;
+  // The fastest lossless and the fastest lossy candidate.
+  std::optional<CodecChoice> lossless, lossy;
   for (const CodecCandidate& cand : candidates) {
     if (cand.codec == CodecId::kNone || (is_lossy(cand.codec) && !options.allow_lossy)) continue;
     CodecChoice c = evaluate(cand.codec, cand.estimate);
-    if (!have_best || c.weighted_seconds < best.weighted_seconds) {
-      best = c;
-      have_best = true;
-    }
+    std::optional<CodecChoice>& best = is_lossy(c.codec) ? lossy : lossless;
+    if (!best || c.weighted_seconds < best->weighted_seconds) best = c;
   }
-  if (!have_best || !(best.weighted_seconds < (1 - options.min_gain) * none.weighted_seconds)) best = none;
-  best.none_weighted_seconds = none.weighted_seconds;
-  return best;
+  const auto beats = [&](const std::optional<CodecChoice>& c, const CodecChoice& than) {
+    return c && c->weighted_seconds < (1 - options.min_gain) * than.weighted_seconds;
+  };
+  CodecChoice pick = beats(lossless, none) ? *lossless : none;
+  if (beats(lossy, pick)) pick = *lossy;  // precision is only given up for a clear gain
+  pick.none_weighted_seconds = none.weighted_seconds;
+  return pick;
 }
 
 CodecChoice choose_codec(uint64_t bytes, const CodecStats& stats, std::string_view tensor_class, const WireRates& wire,

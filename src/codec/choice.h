@@ -16,9 +16,10 @@
 //   compressibility is even across chunks. It ignores what the codec's thread takes from compute
 //   on a CPU backend; the choice's `min_gain` margin covers that and measurement noise.
 //
-// Choice: for each candidate, the weighted time swap_out_weight * T_out + swap_in_weight * T_in;
-// the fastest wins if it beats `none` by more than `min_gain` (relative), else `none`. Lossy
-// candidates are skipped unless `allow_lossy`.
+// Choice: for each candidate, the weighted time swap_out_weight * T_out + swap_in_weight * T_in.
+// The fastest lossless codec is picked if it beats `none` by more than `min_gain` (relative),
+// else `none`; then, only with `allow_lossy`, the fastest lossy codec replaces that pick if it
+// beats it by more than `min_gain` too (precision is only given up for a clear gain).
 #pragma once
 
 #include <cstdint>

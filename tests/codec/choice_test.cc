@@ -78,6 +78,13 @@ TEST(CodecChoiceTest, LossyOnlyWhenAsked) {
   ChoiceOptions lossy;
   lossy.allow_lossy = true;
   EXPECT_EQ(choose_codec(256ull << 20, cands, ssd, lossy).codec, CodecId::kBf16);
+  // On a sparse tensor where zero-mask keeps 0.51 of the bytes and bf16 0.50, both wire-bound:
+  // bf16 would be 2% faster, within the margin, so the lossless codec is kept.
+  std::vector<CodecCandidate> sparse = relu_like();
+  sparse[0].estimate.ratio = 0.51;
+  EXPECT_EQ(choose_codec(256ull << 20, sparse, ssd, lossy).codec, CodecId::kZeroMask);
+  sparse[0].estimate.ratio = 0.56;  // 11% more bytes: bf16
+  EXPECT_EQ(choose_codec(256ull << 20, sparse, ssd, lossy).codec, CodecId::kBf16);
 }
 
 TEST(CodecChoiceTest, MarginKeepsNoneForSmallGains) {
