@@ -31,13 +31,13 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
-#include <unistd.h>
 #include <map>
 #include <random>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
+#include <unistd.h>
 
 #include "backend/backend.h"
 #include "codec/choice.h"
@@ -102,8 +102,101 @@ std::string producer_name(const Graph& g, TensorId t, const std::vector<OpId>& p
   return op == kNoOp ? "input" : std::string(to_string(g.op(op).type));
 }
 
+// Device memory holding every tensor of a compiled graph at its own offset (no sharing), then
+// one op's scratch; freed on destruction.
+class KeepAllArena {
+ public:
+  static Result<std::unique_ptr<KeepAllArena>> create(Backend& backend, const Graph& graph, const CompiledGraph& cg) {
+    auto arena = std::unique_ptr<KeepAllArena>(new KeepAllArena(backend));
+    uint64_t scratch = 0;
+    for (const Tensor& t : graph.tensors) {
+      arena->offset_.push_back(arena->scratch_offset_);
+      arena->scratch_offset_ += (cg.tensor_bytes(t.id) + 63) / 64 * 64;
+    }
+    for (const Op& op : graph.ops) scratch = std::max(scratch, cg.scratch_bytes(op.id));
+    FERRY_ASSIGN_OR_RETURN(arena->base_, backend.allocate(arena->scratch_offset_ + scratch + 64));
+    return arena;
+  }
+  ~KeepAllArena() { backend_.free(base_); }
+  DevicePtr at(TensorId t) const { return base_ + offset_[static_cast<size_t>(t)]; }
+  DevicePtr scratch() const { return base_ + scratch_offset_; }
+
+ private:
+  explicit KeepAllArena(Backend& backend) : backend_(backend) {}
+  Backend& backend_;
+  DevicePtr base_{};
+  std::vector<uint64_t> offset_;
+  uint64_t scratch_offset_ = 0;
+};
+
+// Loads the trained weights and iteration `iteration`'s batch into `arena`, runs the forward
+// and backward ops (not the update: weights need not change) and returns each tensor's producer.
+Result<std::vector<OpId>> run_pass(const Graph& graph, Executor& trained, CompiledGraph& cg, const KeepAllArena& arena,
+                                   DataSource& data, int64_t iteration, uint64_t seed) {
+  for (const Tensor& t : graph.tensors)
+    if (t.persistent()) {
+      FERRY_ASSIGN_OR_RETURN(Bytes plain, trained.read_persistent(t.id));
+      FERRY_RETURN_IF_ERROR(cg.from_plain(t.id, plain, arena.at(t.id)));
+    }
+  std::vector<Bytes> host;
+  FERRY_RETURN_IF_ERROR(data.fill(graph, iteration, host));
+  const std::vector<TensorId> inputs = data_inputs(graph);
+  for (size_t i = 0; i < inputs.size(); ++i) FERRY_RETURN_IF_ERROR(cg.from_plain(inputs[i], host[i], arena.at(inputs[i])));
+  RunContext ctx;
+  ctx.iteration = iteration;
+  ctx.optimizer_step = iteration + 1;
+  ctx.dropout_seed = seed;
+  std::vector<OpId> producer(graph.tensors.size(), kNoOp);
+  std::vector<DevicePtr> ins, outs;
+  for (const Op& op : graph.ops) {
+    if (op.phase == Phase::kUpdate) continue;
+    ins.clear();
+    outs.clear();
+    for (TensorId t : op.inputs) ins.push_back(arena.at(t));
+    for (TensorId t : op.outputs) {
+      outs.push_back(arena.at(t));
+      producer[static_cast<size_t>(t)] = op.id;
+    }
+    FERRY_RETURN_IF_ERROR(cg.run(op.id, ins, outs, arena.scratch(), ctx));
+  }
+  return producer;
+}
+
+// Groups the pass's f32 activations, workspaces and gradients by class ("model role/op") and
+// copies up to `o.class_bytes` of each class (every k-th tensor) to the host. Classes under 1 MiB
+// in all are left out: too small to matter when swapping.
+Result<std::vector<TensorClass>> sample_classes(const std::string& model, const Graph& graph, const CompiledGraph& cg,
+                                                const KeepAllArena& arena, const std::vector<OpId>& producer,
+                                                Backend& backend, const Options& o) {
+  std::map<std::string, std::vector<TensorId>> members;  // in execution order
+  for (const Tensor& t : graph.tensors) {
+    if (t.role != TensorRole::kActivation && t.role != TensorRole::kWorkspace && t.role != TensorRole::kGradient) continue;
+    if (t.dtype != DType::kF32) continue;  // labels, token ids, masks of other types
+    members[fmt::format("{} {}/{}", model, to_string(t.role), producer_name(graph, t.id, producer))].push_back(t.id);
+  }
+  std::vector<TensorClass> classes;
+  for (const auto& [name, ids] : members) {
+    TensorClass c;
+    c.name = name;
+    for (TensorId t : ids) c.class_bytes += cg.tensor_bytes(t);
+    if (c.class_bytes < (1u << 20)) continue;
+    const uint64_t stride = std::max<uint64_t>(1, (c.class_bytes + o.class_bytes - 1) / o.class_bytes);
+    for (size_t i = 0; i < ids.size(); i += stride) {
+      const uint64_t n = cg.tensor_bytes(ids[i]);
+      if (c.bytes.size() + n > o.class_bytes && !c.bytes.empty()) break;
+      const size_t old = c.bytes.size();
+      c.bytes.resize(old + n);
+      FERRY_RETURN_IF_ERROR(backend.copy_to_host(std::span(c.bytes).subspan(old, n), arena.at(ids[i])));
+      ++c.tensors;
+    }
+    FERRY_RETURN_IF_ERROR(backend.synchronize());
+    classes.push_back(std::move(c));
+  }
+  return classes;
+}
+
 // Trains `spec` a few iterations, then runs one forward + backward pass with every tensor in its
-// own memory and returns the device bytes of every activation, workspace and gradient by class.
+// own memory and returns the device bytes of its activations, workspaces and gradients by class.
 Result<std::vector<TensorClass>> capture(const ModelSpec& spec, const Options& o) {
   ModelConfig config;
   config.batch = spec.batch;
@@ -117,70 +210,10 @@ Result<std::vector<TensorClass>> capture(const ModelSpec& spec, const Options& o
   FERRY_ASSIGN_OR_RETURN(auto exec, Executor::create(graph, *backend, eo));
   FERRY_RETURN_IF_ERROR(exec->initialize());
   for (int i = 0; i < o.iters; ++i) FERRY_RETURN_IF_ERROR(exec->run_iteration(i, *data).status());
-
   FERRY_ASSIGN_OR_RETURN(auto cg, backend->compile(graph));
-  std::vector<uint64_t> offset(graph.tensors.size());
-  uint64_t total = 0, scratch = 0;
-  for (const Tensor& t : graph.tensors) {
-    offset[static_cast<size_t>(t.id)] = total;
-    total += (cg->tensor_bytes(t.id) + 63) / 64 * 64;
-  }
-  for (const Op& op : graph.ops) scratch = std::max(scratch, cg->scratch_bytes(op.id));
-  FERRY_ASSIGN_OR_RETURN(DevicePtr base, backend->allocate(total + scratch + 64));
-  const auto at = [&](TensorId t) { return base + offset[static_cast<size_t>(t)]; };
-  for (const Tensor& t : graph.tensors)
-    if (t.persistent()) {
-      FERRY_ASSIGN_OR_RETURN(Bytes plain, exec->read_persistent(t.id));
-      FERRY_RETURN_IF_ERROR(cg->from_plain(t.id, plain, at(t.id)));
-    }
-  std::vector<Bytes> host;
-  FERRY_RETURN_IF_ERROR(data->fill(graph, o.iters, host));
-  const std::vector<TensorId> inputs = data_inputs(graph);
-  for (size_t i = 0; i < inputs.size(); ++i) FERRY_RETURN_IF_ERROR(cg->from_plain(inputs[i], host[i], at(inputs[i])));
-  RunContext ctx;
-  ctx.iteration = o.iters;
-  ctx.optimizer_step = o.iters + 1;
-  ctx.dropout_seed = eo.seed;
-  std::vector<OpId> producer(graph.tensors.size(), kNoOp);
-  std::vector<DevicePtr> ins, outs;
-  for (const Op& op : graph.ops) {
-    if (op.phase == Phase::kUpdate) continue;  // weights need not change for the capture
-    ins.clear();
-    outs.clear();
-    for (TensorId t : op.inputs) ins.push_back(at(t));
-    for (TensorId t : op.outputs) {
-      outs.push_back(at(t));
-      producer[static_cast<size_t>(t)] = op.id;
-    }
-    FERRY_RETURN_IF_ERROR(cg->run(op.id, ins, outs, base + total, ctx));
-  }
-
-  // Class -> tensors, in execution order.
-  std::map<std::string, std::vector<TensorId>> members;
-  for (const Tensor& t : graph.tensors) {
-    if (t.role != TensorRole::kActivation && t.role != TensorRole::kWorkspace && t.role != TensorRole::kGradient) continue;
-    if (t.dtype != DType::kF32) continue;  // labels, token ids, masks of other types
-    members[fmt::format("{} {}/{}", spec.name, to_string(t.role), producer_name(graph, t.id, producer))].push_back(t.id);
-  }
-  std::vector<TensorClass> classes;
-  for (const auto& [name, ids] : members) {
-    TensorClass c;
-    c.name = name;
-    for (TensorId t : ids) c.class_bytes += cg->tensor_bytes(t);
-    const uint64_t stride = std::max<uint64_t>(1, (c.class_bytes + o.class_bytes - 1) / o.class_bytes);
-    for (size_t i = 0; i < ids.size(); i += stride) {
-      const uint64_t n = cg->tensor_bytes(ids[i]);
-      if (c.bytes.size() + n > o.class_bytes && !c.bytes.empty()) break;
-      const size_t old = c.bytes.size();
-      c.bytes.resize(old + n);
-      FERRY_RETURN_IF_ERROR(backend->copy_to_host(std::span(c.bytes).subspan(old, n), at(ids[i])));
-      ++c.tensors;
-    }
-    FERRY_RETURN_IF_ERROR(backend->synchronize());
-    if (c.class_bytes >= (1u << 20)) classes.push_back(std::move(c));  // too small to matter when swapping
-  }
-  backend->free(base);
-  return classes;
+  FERRY_ASSIGN_OR_RETURN(auto arena, KeepAllArena::create(*backend, graph, *cg));
+  FERRY_ASSIGN_OR_RETURN(std::vector<OpId> producer, run_pass(graph, *exec, *cg, *arena, *data, o.iters, eo.seed));
+  return sample_classes(spec.name, graph, *cg, *arena, producer, *backend, o);
 }
 
 Bytes floats_to_bytes(const std::vector<float>& v) {

@@ -217,6 +217,17 @@ Status decode_payload(CodecContext& ctx, CodecId method, std::span<const std::by
   return Status::Internal("unknown codec method");
 }
 
+// Writes the header's first 24 bytes (everything but its checksum).
+void write_header_fields(const FrameInfo& info, std::byte* out) {
+  std::memcpy(out, kMagic, 4);
+  out[4] = std::byte{kFrameFormatVersion};
+  out[5] = std::byte{static_cast<uint8_t>(info.codec)};
+  store<uint16_t>(out + 6, 0);
+  store<uint64_t>(out + 8, info.original_bytes);
+  store<uint32_t>(out + 16, info.chunk_bytes);
+  store<uint32_t>(out + 20, info.chunk_count);
+}
+
 Result<FrameInfo> make_info(CodecId codec, uint64_t original_bytes, uint32_t chunk_bytes) {
   if (!valid_chunk_bytes(chunk_bytes))
     return Status::InvalidArgument(fmt::format("codec chunk size {} bytes: must be a multiple of 64 in [{}, {}]",
@@ -231,13 +242,7 @@ Result<FrameInfo> make_info(CodecId codec, uint64_t original_bytes, uint32_t chu
   info.chunk_bytes = chunk_bytes;
   info.chunk_count = static_cast<uint32_t>(chunks);
   std::byte header[kFrameHeaderBytes];
-  std::memcpy(header, kMagic, 4);
-  header[4] = std::byte{kFrameFormatVersion};
-  header[5] = std::byte{static_cast<uint8_t>(codec)};
-  store<uint16_t>(header + 6, 0);
-  store<uint64_t>(header + 8, original_bytes);
-  store<uint32_t>(header + 16, chunk_bytes);
-  store<uint32_t>(header + 20, info.chunk_count);
+  write_header_fields(info, header);
   info.header_checksum = xxh64(std::span<const std::byte>(header, 24));
   return info;
 }
@@ -281,13 +286,7 @@ Result<FrameEncoder> FrameEncoder::create(CodecId codec, uint64_t original_bytes
 
 void FrameEncoder::write_header(std::span<std::byte> out) const {
   FERRY_CHECK(out.size() >= kFrameHeaderBytes, "frame header needs {} bytes, got {}", kFrameHeaderBytes, out.size());
-  std::memcpy(out.data(), kMagic, 4);
-  out[4] = std::byte{kFrameFormatVersion};
-  out[5] = std::byte{static_cast<uint8_t>(info_.codec)};
-  store<uint16_t>(out.data() + 6, 0);
-  store<uint64_t>(out.data() + 8, info_.original_bytes);
-  store<uint32_t>(out.data() + 16, info_.chunk_bytes);
-  store<uint32_t>(out.data() + 20, info_.chunk_count);
+  write_header_fields(info_, out.data());
   store<uint64_t>(out.data() + 24, info_.header_checksum);
 }
 
