@@ -39,7 +39,7 @@
 #include <zstd_errors.h>
 
 #include "codec/kernels.h"
-#include "common/hash.h"
+#include "common/checksum.h"
 
 namespace ferry {
 
@@ -243,7 +243,7 @@ Result<FrameInfo> make_info(CodecId codec, uint64_t original_bytes, uint32_t chu
   info.chunk_count = static_cast<uint32_t>(chunks);
   std::byte header[kFrameHeaderBytes];
   write_header_fields(info, header);
-  info.header_checksum = xxh64(std::span<const std::byte>(header, 24));
+  info.header_checksum = hash64(std::span<const std::byte>(header, 24));
   return info;
 }
 
@@ -306,7 +306,7 @@ Result<uint64_t> FrameEncoder::encode_chunk(CodecContext& ctx, uint32_t index, s
   store<uint32_t>(out.data(), static_cast<uint32_t>(payload_bytes));
   out[4] = std::byte{static_cast<uint8_t>(method)};
   out[5] = out[6] = out[7] = std::byte{0};
-  store<uint64_t>(out.data() + 8, xxh64(payload.first(payload_bytes), chunk_seed(info_, index, method)));
+  store<uint64_t>(out.data() + 8, hash64(payload.first(payload_bytes), chunk_seed(info_, index, method)));
   return kChunkHeaderBytes + payload_bytes;
 }
 
@@ -319,7 +319,7 @@ Result<FrameDecoder> FrameDecoder::open(std::span<const std::byte> frame_prefix)
   const uint8_t version = std::to_integer<uint8_t>(h[4]), codec = std::to_integer<uint8_t>(h[5]);
   if (version != kFrameFormatVersion)
     return frame_error(fmt::format("format version {}, this build reads version {}", version, kFrameFormatVersion));
-  const uint64_t checksum = xxh64(frame_prefix.first(24));
+  const uint64_t checksum = hash64(frame_prefix.first(24));
   if (checksum != load<uint64_t>(h + 24)) return frame_error("header checksum mismatch");
   if (!known_codec(codec) || load<uint16_t>(h + 6) != 0)
     return frame_error(fmt::format("unknown codec id {} or reserved bits set", codec));
@@ -352,7 +352,7 @@ Result<uint64_t> FrameDecoder::decode_available(CodecContext& ctx, std::span<con
                                                payload_bytes, input_bytes));
     if (frame_prefix.size() < offset_ + kChunkHeaderBytes + payload_bytes) break;
     std::span<const std::byte> payload = frame_prefix.subspan(offset_ + kChunkHeaderBytes, payload_bytes);
-    if (xxh64(payload, chunk_seed(info_, i, method)) != load<uint64_t>(h + 8))
+    if (hash64(payload, chunk_seed(info_, i, method)) != load<uint64_t>(h + 8))
       return chunk_error(info_, i, "payload checksum mismatch");
     Status s = decode_payload(ctx, method, payload, out.subspan(info_.chunk_offset(i), input_bytes));
     if (!s.ok()) return s.code() == StatusCode::kIoError ? chunk_error(info_, i, s.message()) : s;

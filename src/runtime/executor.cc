@@ -9,7 +9,7 @@
 
 #include "common/fault_guard.h"
 #include "common/hash.h"
-#include "runtime/checksum.h"
+#include "common/checksum.h"
 #include "common/units.h"
 #include "runtime/plan_corruption.h"
 

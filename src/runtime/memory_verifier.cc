@@ -5,7 +5,7 @@
 #include <fmt/format.h>
 
 #include "common/units.h"
-#include "runtime/checksum.h"
+#include "common/checksum.h"
 
 namespace ferry {
 

@@ -10,7 +10,7 @@
 // - Poison: the arena starts as kUntouchedByte (the executor's extent measurement uses it too);
 //   a freed block is filled with kFreedByte. Every byte outside live blocks must hold the pattern
 //   of its range, so a write into freed or never-used memory shows.
-// - Contents: the hash (runtime/checksum.h) of every tensor is recorded when it is written (by its
+// - Contents: the hash (common/checksum.h) of every tensor is recorded when it is written (by its
 //   producer, an initialisation, a data load, an update) and checked when it is read (before every
 //   op that reads it) and when it is rematerialised (a swap-in lands, a recompute rewrites it): a
 //   tensor clobbered by an overlapping block, never filled, or recomputed to other bits shows.

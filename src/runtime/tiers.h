@@ -48,7 +48,7 @@
 #include "common/transfer.h"
 #include "graph/graph.h"
 #include "memory/offset_allocator.h"
-#include "runtime/checksum.h"
+#include "common/checksum.h"
 
 namespace ferry {
 

@@ -9,7 +9,7 @@
 
 #include <gtest/gtest.h>
 
-#include "runtime/checksum.h"
+#include "common/checksum.h"
 #include "runtime/swap_test_util.h"
 
 namespace ferry {

@@ -1,4 +1,4 @@
-// Hash64: a streaming 64-bit checksum of swapped bytes (the XXH64 algorithm, written from its
+// Hash64: a streaming 64-bit checksum of bytes (swapped tensors, codec frames, memory checks) (the XXH64 algorithm, written from its
 // published specification).
 //
 // Design

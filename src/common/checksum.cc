@@ -1,7 +1,7 @@
 // XXH64, from the specification (github.com/Cyan4973/xxHash, doc/xxhash_spec.md): four lanes
 // accumulate 32-byte stripes; the tail is folded in 8, 4 and 1 bytes at a time; an avalanche
 // step mixes the result. Little-endian reads, as the specification defines the hash on them.
-#include "runtime/checksum.h"
+#include "common/checksum.h"
 
 #include <algorithm>
 #include <bit>
