@@ -132,9 +132,14 @@ class OccupancyTree {
     for (; a >= 1; a >>= 1) below_[a].add(r);
   }
 
-  // Appends every range occupied at some step of [first, last]; unsorted, possibly overlapping.
-  void collect(size_t first, size_t last, std::vector<ByteRange>& out) const {
-    auto append = [&out](const RangeSet& s) { out.insert(out.end(), s.ranges().begin(), s.ranges().end()); };
+  // Appends every range occupied at some step of [first, last]: O(log steps) runs, each sorted by
+  // lo (one RangeSet), possibly overlapping each other. `runs` receives where each run ends.
+  void collect(size_t first, size_t last, std::vector<ByteRange>& out, std::vector<size_t>& runs) const {
+    auto append = [&out, &runs](const RangeSet& s) {
+      if (s.ranges().empty()) return;
+      out.insert(out.end(), s.ranges().begin(), s.ranges().end());
+      runs.push_back(out.size());
+    };
     for (size_t lo = first + leaves_, hi = last + leaves_ + 1; lo < hi; lo >>= 1, hi >>= 1) {
       if (lo & 1) append(below_[lo++]);
       if (hi & 1) append(below_[--hi]);
@@ -224,6 +229,26 @@ uint64_t best_fit(const std::vector<ByteRange>& occupied, uint64_t size) {
   return found ? best_offset : cursor;
 }
 
+// Sorts `v` by lo, given that it is the concatenation of sorted runs ending at `runs`: pairwise
+// merges, O(n log runs) instead of a sort's O(n log n).
+void merge_runs(std::vector<ByteRange>& v, std::vector<size_t>& runs) {
+  const auto by_lo = [](const ByteRange& x, const ByteRange& y) { return x.lo < y.lo; };
+  while (runs.size() > 1) {
+    size_t kept = 0, begin = 0;
+    for (size_t k = 0; k < runs.size(); k += 2) {
+      if (k + 1 < runs.size()) {
+        std::inplace_merge(v.begin() + static_cast<long>(begin), v.begin() + static_cast<long>(runs[k]),
+                           v.begin() + static_cast<long>(runs[k + 1]), by_lo);
+        runs[kept++] = runs[k + 1];
+        begin = runs[k + 1];
+      } else {
+        runs[kept++] = runs[k];
+      }
+    }
+    runs.resize(kept);
+  }
+}
+
 // Places the buffers one by one in `sequence` (a permutation of buffer indices), best fit.
 MemoryPlan place_in_sequence(const std::vector<Buffer>& buffers, uint64_t alignment,
                              const std::vector<size_t>& sequence) {
@@ -233,6 +258,7 @@ MemoryPlan place_in_sequence(const std::vector<Buffer>& buffers, uint64_t alignm
   plan.offsets.assign(buffers.size(), 0);
   OccupancyTree tree(num_steps_of(buffers));
   std::vector<ByteRange> occupied;
+  std::vector<size_t> runs;
   for (size_t i : sequence) {
     const Buffer& b = buffers[i];
     FERRY_CHECK(b.first_step >= 0 && b.first_step <= b.last_step, "buffer {} has lifetime [{}, {}]", b.id,
@@ -240,8 +266,9 @@ MemoryPlan place_in_sequence(const std::vector<Buffer>& buffers, uint64_t alignm
     if (b.bytes == 0) continue;  // occupies nothing; offset 0 conflicts with no one
     const uint64_t size = align_up(b.bytes, alignment);
     occupied.clear();
-    tree.collect(static_cast<size_t>(b.first_step), static_cast<size_t>(b.last_step), occupied);
-    std::sort(occupied.begin(), occupied.end(), [](const ByteRange& x, const ByteRange& y) { return x.lo < y.lo; });
+    runs.clear();
+    tree.collect(static_cast<size_t>(b.first_step), static_cast<size_t>(b.last_step), occupied, runs);
+    merge_runs(occupied, runs);
     const uint64_t offset = best_fit(occupied, size);
     plan.offsets[i] = offset;
     plan.arena_bytes = std::max(plan.arena_bytes, offset + size);
@@ -280,8 +307,8 @@ MemoryPlan place_buffers(const std::vector<Buffer>& buffers, uint64_t alignment,
   return place_in_sequence(buffers, alignment, visiting_order(buffers, order));
 }
 
-MemoryPlan plan_memory_sharing(const std::vector<Buffer>& buffers, uint64_t alignment) {
-  const uint64_t bound = aligned_live_lower_bound(buffers, alignment);
+MemoryPlan plan_memory_sharing(const std::vector<Buffer>& buffers, uint64_t alignment, uint64_t good_enough_bytes) {
+  const uint64_t bound = std::max(aligned_live_lower_bound(buffers, alignment), good_enough_bytes);
   std::array<MemoryPlan, kDefaultPlacementOrders.size()> plans;
   size_t best = 0;
   for (size_t k = 0; k < plans.size(); ++k) {

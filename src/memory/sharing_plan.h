@@ -58,8 +58,11 @@ MemoryPlan place_buffers(const std::vector<Buffer>& buffers, uint64_t alignment,
 
 // Runs place_buffers() for each of kDefaultPlacementOrders and keeps the smallest arena (the
 // earliest order on ties); stops early once an order reaches aligned_live_lower_bound(), which no
-// plan can beat.
-MemoryPlan plan_memory_sharing(const std::vector<Buffer>& buffers, uint64_t alignment);
+// plan can beat, or `good_enough_bytes` (a caller asking only whether the buffers fit in that
+// much: planners probing a budget). The full search never returns a larger arena than the early
+// answer, so "fits" stays true for whoever places the same buffers without the shortcut.
+MemoryPlan plan_memory_sharing(const std::vector<Buffer>& buffers, uint64_t alignment,
+                               uint64_t good_enough_bytes = 0);
 
 // Max over steps of the summed sizes, each rounded up to `alignment`, of the buffers live at that
 // step. With aligned offsets no arena can be smaller (two aligned buffers cannot share a padding

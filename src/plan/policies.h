@@ -58,6 +58,7 @@ struct PlanContext {
   const CostModel& cost;                   // op times (measured ones win) and transfer times
   uint64_t budget_bytes = 0;               // device capacity incl. persistent tensors; 0 = unlimited
   Tier tier = Tier::kHost;                 // where swapped tensors go
+  bool recompute_only = false;             // --tier none: no swapping, only recomputation
   std::vector<uint64_t> op_scratch_bytes{};  // per op, or empty for none
   bool allow_inplace = true;               // as ProgramOptions::allow_inplace
   uint64_t alignment = 64;                 // device block alignment (OffsetAllocator's)

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "common/units.h"
+#include "plan/ferry/ferry_planner.h"
 #include "plan/policies.h"
 #include "plan/policy_common.h"
 
@@ -33,6 +34,9 @@ Result<PlanAttempt> plan_vdnn_all(const PlanContext& ctx, const PlanFacts& facts
 Result<PlanAttempt> plan_vdnn_conv(const PlanContext& ctx, const PlanFacts& facts) {
   return plan_vdnn(ctx, facts, true);
 }
+Result<PlanAttempt> plan_ferry_default(const PlanContext& ctx, const PlanFacts& facts) {
+  return plan_ferry(ctx, facts);
+}
 
 using MinBudget = Result<uint64_t> (*)(const PlanContext&, const PlanFacts&);
 
@@ -45,6 +49,11 @@ struct Entry {
 const std::vector<Entry>& registry() {
   static const std::vector<Entry> kEntries = {
       {{"none", "-", "keep every tensor on the device, free it after its last use", false}, plan_none},
+      {{"ferry", "Ferry's own planner (docs/planner.md)",
+        "every tensor, weights and optimizer state included, kept, swapped or recomputed, by estimated cost per byte "
+        "freed at the peak, with link-aware prefetch; the fastest simulated of several link weights",
+        true},
+       plan_ferry_default},
       {{"vdnn-all", "Rhu et al., vDNN, MICRO 2016",
         "offload every layer's input after its last forward use, prefetch it one layer before backward needs it",
         false},

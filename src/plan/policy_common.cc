@@ -38,11 +38,18 @@ class Completion {
     out_ = Schedule::keep_all(n);
     out_.policy = in_.policy;
     out_.budget_bytes = in_.budget_bytes;
+    out_.offloaded = in_.offloaded;
     on_.assign(g_.tensors.size(), false);
     born_.assign(g_.tensors.size(), false);
     copy_.assign(g_.tensors.size(), {false, false});
+    offloaded_.assign(g_.tensors.size(), false);
     for (const Tensor& t : g_.tensors)
       if (t.persistent() || t.role == TensorRole::kInput) on_[idx(t.id)] = born_[idx(t.id)] = true;
+    for (const Offload& o : in_.offloaded) {  // in their tier since the last iteration
+      on_[idx(o.tensor)] = false;
+      offloaded_[idx(o.tensor)] = true;
+      copy_[idx(o.tensor)][tier_index(o.tier)] = true;
+    }
     const bool has_intent = !in_.before.empty();
     for (OpId i = 0; i < static_cast<OpId>(n); ++i) {
       if (has_intent)
@@ -84,7 +91,10 @@ class Completion {
         return Status::Ok();
       case ActionKind::kRelease:
         if (!on_[t]) return Status::Ok();
-        if (g_.tensor(a.tensor).persistent() || a.tensor == g_.loss) return bug(step, a, "it must stay on the device");
+        if ((g_.tensor(a.tensor).persistent() && !offloaded_[t]) || a.tensor == g_.loss)
+          return bug(step, a, "it must stay on the device");
+        if (g_.tensor(a.tensor).persistent() && !copy_[t][0] && !copy_[t][1])
+          return bug(step, a, "an offloaded tensor released without a valid copy would lose its update");
         on_[t] = false;
         list.push_back(a);
         return Status::Ok();
@@ -181,7 +191,7 @@ class Completion {
   const Graph& g_;
   const Schedule& in_;
   Schedule out_;
-  std::vector<bool> on_, born_;
+  std::vector<bool> on_, born_, offloaded_;
   std::vector<std::array<bool, 2>> copy_;
 };
 
@@ -249,6 +259,7 @@ std::vector<uint64_t> live_bytes_per_step(const PlanFacts& facts, const Program&
   std::vector<std::pair<OpId, uint64_t>> open(g.tensors.size(), {kNoOp, 0});
   std::pair<OpId, uint64_t> scratch{kNoOp, 0};
   uint64_t persistent = 0;
+  const std::vector<bool> resident = program.device_resident(g);
   auto close = [&](std::pair<OpId, uint64_t>& block, OpId last) {
     if (block.first == kNoOp) return;
     delta[static_cast<size_t>(block.first)] += static_cast<int64_t>(block.second);
@@ -258,7 +269,7 @@ std::vector<uint64_t> live_bytes_per_step(const PlanFacts& facts, const Program&
   for (const Instruction& in : program.instructions) {
     switch (in.kind) {
       case InstrKind::kAlloc:
-        if (g.tensor(in.tensor).persistent()) {
+        if (resident[static_cast<size_t>(in.tensor)]) {
           persistent += align_up(in.bytes, facts.alignment);
         } else if (in.inherit != kNoTensor) {
           open[static_cast<size_t>(in.tensor)] = open[static_cast<size_t>(in.inherit)];
@@ -271,7 +282,7 @@ std::vector<uint64_t> live_bytes_per_step(const PlanFacts& facts, const Program&
       case InstrKind::kFreeScratch: close(scratch, in.step); break;
       case InstrKind::kFree:
       case InstrKind::kRelease:
-        if (!g.tensor(in.tensor).persistent()) close(open[static_cast<size_t>(in.tensor)], in.step);
+        if (!resident[static_cast<size_t>(in.tensor)]) close(open[static_cast<size_t>(in.tensor)], in.step);
         break;
       default: break;
     }
@@ -287,7 +298,7 @@ std::vector<uint64_t> live_bytes_per_step(const PlanFacts& facts, const Program&
   return live;
 }
 
-Result<PlanMeasure> measure_schedule(const PlanFacts& facts, const Schedule& s, bool place) {
+Result<PlanMeasure> measure_schedule(const PlanFacts& facts, const Schedule& s, bool place, uint64_t good_enough_bytes) {
   Result<Program> program = lower_schedule(facts.g(), s, facts.program_options);
   if (!program.ok()) return Status::Internal(program.status().message());
   PlanMeasure m;
@@ -298,7 +309,8 @@ Result<PlanMeasure> measure_schedule(const PlanFacts& facts, const Schedule& s, 
       m.peak_step = static_cast<OpId>(i);
     }
   if (place) {
-    FERRY_ASSIGN_OR_RETURN(ProgramPlacement placement, place_program(facts.g(), *program, facts.alignment));
+    FERRY_ASSIGN_OR_RETURN(ProgramPlacement placement,
+                           place_program(facts.g(), *program, facts.alignment, good_enough_bytes));
     m.device_bytes = placement.arena_bytes;
   } else {
     m.device_bytes = m.live_peak_bytes;
@@ -353,6 +365,7 @@ Result<SimResult> simulate_for_planning(const PlanContext& ctx, const PlanFacts&
   so.alignment = facts.alignment;
   so.record_timeline = false;
   so.record_waits = true;
+  so.timing_only = true;  // memory is not its question
   Program unbudgeted = program;
   unbudgeted.budget_bytes = 0;
   return simulate_program(ctx.graph, unbudgeted, ctx.cost, so);

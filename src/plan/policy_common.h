@@ -72,8 +72,11 @@ struct PlanMeasure {
   size_t recomputed_tensors = 0;
 };
 
-// Lowers `s` and places it. Errors: lower_schedule's (a policy bug: the message names the rule).
-Result<PlanMeasure> measure_schedule(const PlanFacts& facts, const Schedule& s, bool place = true);
+// Lowers `s` and places it (unless !place: live bytes only). With `good_enough_bytes` (a budget)
+// device_bytes is the first placement found within it, not necessarily the smallest: enough to
+// say "fits". Errors: lower_schedule's (a policy bug: the message names the rule).
+Result<PlanMeasure> measure_schedule(const PlanFacts& facts, const Schedule& s, bool place = true,
+                                     uint64_t good_enough_bytes = 0);
 
 // Makes a policy's intent legal (see the design note); an on-demand fetch swaps in from the
 // tier holding the copy (host first), or recomputes when there is none. Errors: Internal when
@@ -115,6 +118,7 @@ Result<PlanAttempt> plan_lms(const PlanContext& ctx, const PlanFacts& facts);
 Result<PlanAttempt> plan_capuchin(const PlanContext& ctx, const PlanFacts& facts);
 Result<PlanAttempt> plan_checkpoint_sqrt(const PlanContext& ctx, const PlanFacts& facts);
 Result<PlanAttempt> plan_checkmate(const PlanContext& ctx, const PlanFacts& facts);
+// plan_ferry (the Ferry planner) is declared in plan/ferry/ferry_planner.h.
 // Checkmate's smallest budget: bisection whose probes stop at CBC's first feasible solution.
 Result<uint64_t> checkmate_min_budget(const PlanContext& ctx, const PlanFacts& facts);
 

@@ -9,7 +9,8 @@
 
 namespace ferry {
 
-Result<ProgramPlacement> place_program(const Graph& g, const Program& p, uint64_t alignment) {
+Result<ProgramPlacement> place_program(const Graph& g, const Program& p, uint64_t alignment,
+                                       uint64_t good_enough_bytes) {
   ProgramPlacement out;
   out.offset.assign(p.instructions.size(), 0);
   const OpId last_step = p.num_steps == 0 ? 0 : static_cast<OpId>(p.num_steps - 1);
@@ -68,7 +69,9 @@ Result<ProgramPlacement> place_program(const Graph& g, const Program& p, uint64_
       default: break;
     }
   }
-  out.plan = plan_memory_sharing(out.blocks, alignment);
+  const uint64_t transient_good_enough =
+      good_enough_bytes > out.persistent_region_bytes ? good_enough_bytes - out.persistent_region_bytes : 0;
+  out.plan = plan_memory_sharing(out.blocks, alignment, transient_good_enough);
   for (size_t b = 0; b < out.blocks.size(); ++b)
     out.offset[opened_by[b]] = out.persistent_region_bytes + out.plan.offsets[b];
   out.arena_bytes = out.persistent_region_bytes + out.plan.arena_bytes;

@@ -37,8 +37,11 @@ struct ProgramPlacement {
   MemoryPlan plan;             // offsets of `blocks` relative to the end of the persistent region
 };
 
-// Places every block of `p`. Errors: a program that frees what it did not allocate (Internal).
-Result<ProgramPlacement> place_program(const Graph& g, const Program& p, uint64_t alignment);
+// Places every block of `p`. With `good_enough_bytes` the search for the smallest arena stops at
+// the first placement within it (plan_memory_sharing). Errors: a program that frees what it did
+// not allocate (Internal).
+Result<ProgramPlacement> place_program(const Graph& g, const Program& p, uint64_t alignment,
+                                       uint64_t good_enough_bytes = 0);
 
 // The most bytes `p` holds at once, in program order (every kAlloc that opens a block and every
 // kAllocScratch adds its bytes rounded up to `alignment`, every kFree/kRelease/kFreeScratch of a

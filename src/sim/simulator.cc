@@ -133,6 +133,7 @@ class Simulation {
   }
 
   bool allocate(size_t k, const Instruction& in, std::optional<SimFailure>& failure, uint64_t& offset) {
+    if (o_.timing_only) return true;
     // Every block goes where the static placement put it (schedule/placement.h), as in the executor.
     const uint64_t at = placement_.offset[k];
     if (!alloc_.allocate_at(at, in.bytes)) {
@@ -186,6 +187,7 @@ class Simulation {
         return true;
       }
       case InstrKind::kFreeScratch:
+        if (o_.timing_only) return true;
         alloc_.free(scratch_offset_);
         sample();
         return true;
@@ -193,8 +195,10 @@ class Simulation {
       case InstrKind::kRelease: {
         TensorSim& s = ts(in.tensor);
         if (s.swap_out_until_us > now_) stall(StallReason::kWaitSwapOut, in.step, kNoOp, in.tensor, s.swap_out_until_us);
-        alloc_.free(s.offset);
-        sample();
+        if (!o_.timing_only) {
+          alloc_.free(s.offset);
+          sample();
+        }
         if (in.kind == InstrKind::kFree) drop_copies(in.tensor);
         return true;
       }
@@ -388,7 +392,12 @@ Result<SimResult> simulate_program(const Graph& g, const Program& program, const
   uint64_t capacity = opts.budget_bytes != 0 ? opts.budget_bytes : program.budget_bytes;
   if (capacity == 0) capacity = kUnlimitedBytes;
 
-  FERRY_ASSIGN_OR_RETURN(ProgramPlacement placement, place_program(g, program, opts.alignment));
+  ProgramPlacement placement;
+  if (opts.timing_only) {
+    capacity = kUnlimitedBytes;
+  } else {
+    FERRY_ASSIGN_OR_RETURN(placement, place_program(g, program, opts.alignment));
+  }
   std::optional<SimFailure> failure;
   SimResult r = Simulation(g, program, cost, opts, op_us, placement, capacity, depth).run(failure);
   if (failure) {

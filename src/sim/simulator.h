@@ -64,6 +64,9 @@ struct SimOptions {
   uint64_t alignment = OffsetAllocator::kDefaultAlignment;  // the runtime's device alignment
   int32_t ssd_queue_depth = 0;    // requests in flight per SSD queue; 0 = the profile's queue_depth
   bool record_timeline = true;    // fill SimResult::events and ::memory
+  // Time only: no placement and no device memory (the memory fields stay 0, the budget is not
+  // checked). Timing never depends on memory, so planners that compare times use it.
+  bool timing_only = false;
   bool record_waits = false;      // fill SimResult::step_start_us and ::swap_in_wait_us (planners)
   size_t max_top_stalls = 10;     // how many of the longest stalls to keep
 };

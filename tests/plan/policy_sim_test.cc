@@ -51,8 +51,8 @@ TEST_P(PolicySimTest, PlansAtTheirMinimumBudgetRunInTheSimulator) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllPolicies, PolicySimTest,
-                         ::testing::Values("none", "vdnn-all", "vdnn-conv", "lru", "lms", "capuchin", "checkpoint-sqrt",
-                                           "checkmate"),
+                         ::testing::Values("none", "ferry", "vdnn-all", "vdnn-conv", "lru", "lms", "capuchin",
+                                           "checkpoint-sqrt", "checkmate"),
                          [](const auto& info) {
                            std::string name = info.param;
                            for (char& c : name)

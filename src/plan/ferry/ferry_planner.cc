@@ -1,0 +1,738 @@
+// The Ferry planner (docs/planner.md).
+//
+// Design
+// - Candidates are gaps: intervals between two consecutive accesses of a tensor (its production
+//   or a read) in which no op touches it, so it could leave the device. Transient tensors
+//   (activations, gradients, workspaces, data inputs) leave a gap by swapping (out once, after
+//   production; in before the gap's end, as late as the link allows) or by recomputation
+//   (released after the gap's start, rematerialised before its end with its producer and any
+//   forward-only ancestors that died meanwhile). A persistent tensor (weight, optimizer state)
+//   can be offloaded: it then lives in the tier between iterations (its cyclic gap from the last
+//   access of one iteration to the first of the next), is swapped in before its accesses and out
+//   after an update, and may also leave its inner gaps.
+// - Memory is a profile of live bytes per step (StepTree, from the keep plan's exact program);
+//   every decision subtracts the bytes over the steps where the tensor is really away: a swap's
+//   copies take time, so a swapped tensor leaves only after its swap-out is done and is back from
+//   the start of its swap-in.
+// - Time is modelled where it decides: compute time per step (the cost model; measured op times
+//   first) and two fluid links (LinkBook), one per copy direction (one shared when the profile says
+//   the directions cannot run at once), in which every swap books its transfer. A swap that its
+//   window cannot hold is not offered; everything the links hold is assumed hidden.
+// - Greedy: while the profile's peak exceeds the target, take the peak step and choose, among the
+//   candidates away at that step, the option with the lowest estimated cost per byte: recompute
+//   time per byte, or `link weight` x link time per byte for a swap (CandidateIndex finds them in
+//   O(log n); keys are lower bounds refreshed lazily). Then the plan is built, completed
+//   (complete_schedule makes chains legal) and measured exactly as placed; when placement or the
+//   estimates leave it over budget, the profile is replaced by the measured one and the greedy
+//   continues with the target lowered by the excess.
+// - Several link weights are tried (FerryTuning); the simulator times each fitting plan, stalled
+//   prefetches are moved earlier where memory allows, and the fastest plan wins.
+// - Cost: O((gaps + steps) log steps) per greedy pass plus a few lowerings and simulations.
+
+#include "plan/ferry/ferry_planner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "common/units.h"
+#include "plan/ferry/candidate_index.h"
+#include "plan/ferry/link_book.h"
+#include "plan/ferry/step_tree.h"
+
+namespace ferry {
+
+namespace planner {
+namespace {
+
+enum class Move : uint8_t { kKeep, kSwap, kRecompute };
+
+// One way to take a gap away, evaluated against the current bookings.
+struct Option {
+  Move move = Move::kKeep;
+  bool ok = false;
+  int64_t lo1 = 0, hi1 = -1, lo2 = 0, hi2 = -1;  // steps away (a cyclic gap has two ranges)
+  double cost_us = 0;
+  double score = std::numeric_limits<double>::infinity();
+  OpId release_after = kNoOp, fetch_before = kNoOp;
+  LinkBook::Booking out, in;
+  double link_us = 0;
+  bool covers(int64_t s) const { return (lo1 <= s && s <= hi1) || (lo2 <= s && s <= hi2); }
+  int32_t steps_away() const {
+    return static_cast<int32_t>(std::max<int64_t>(0, hi1 - lo1 + 1) + std::max<int64_t>(0, hi2 - lo2 + 1));
+  }
+};
+
+struct Gap {
+  TensorId tensor = kNoTensor;
+  OpId from = kNoOp;  // access before the gap (cyclic: the iteration's last access)
+  OpId to = kNoOp;    // access after the gap (cyclic: the iteration's first access)
+  bool cyclic = false;
+  // The decision (move kKeep: none) and what it costs; decided.out is set when this gap's
+  // decision booked the tensor's swap-out.
+  Option decided;
+  Move move() const { return decided.move; }
+  OpId release_after() const { return decided.release_after; }
+  OpId fetch_before() const { return decided.fetch_before; }
+  std::string alternative;
+  int version = 0;
+};
+
+struct TensorState {
+  std::vector<int> gaps;
+  std::vector<OpId> accesses;  // sorted, unique
+  bool written = false;        // persistent: an op of the iteration writes it
+  bool has_copy = false;       // transient: a swap-out is planned; persistent: offloaded
+  int swapped_gaps = 0;        // decided swaps relying on the copy
+  LinkBook::Booking out;       // the swap-out's booking
+  OpId out_after = kNoOp;      // swap-out after this step (kNoOp: before step 0)
+  // Recomputation (transient, recomputable): the ops a recompute runs and what it reads.
+  bool recomputable = false;
+  double chain_us = 0;
+  uint64_t chain_temp_bytes = 0;
+  std::vector<TensorId> sources;
+};
+
+class Planner {
+ public:
+  Planner(const PlanContext& ctx, const PlanFacts& facts, double link_weight)
+      : ctx_(ctx), f_(facts), g_(facts.g()), n_(g_.ops.size()), link_weight_(link_weight) {}
+
+  Result<PlanAttempt> run(std::vector<PlanDecision>* decisions) {
+    if (ctx_.budget_bytes == 0) return finish_attempt(ctx_, f_, empty_schedule(ctx_, "ferry"));
+    setup();
+    uint64_t target = ctx_.budget_bytes;
+    std::optional<PlanAttempt> best;
+    for (int round = 0; round < kMaxRounds; ++round) {
+      const size_t decided_before = decided_;
+      greedy(static_cast<int64_t>(target));
+      // Live bytes first (cheap); the placement only once they fit.
+      PlanAttempt a;
+      FERRY_ASSIGN_OR_RETURN(a.schedule, complete_schedule(f_, intent()));
+      FERRY_ASSIGN_OR_RETURN(a.measure, measure_schedule(f_, a.schedule, /*place=*/false));
+      if (a.measure.live_peak_bytes <= ctx_.budget_bytes) {
+        FERRY_ASSIGN_OR_RETURN(a.measure, measure_schedule(f_, a.schedule, /*place=*/true, ctx_.budget_bytes));
+        a.fits = a.measure.device_bytes <= ctx_.budget_bytes;
+      }
+      const bool progress = decided_ > decided_before;
+      if (std::getenv("FERRY_PLANNER_DEBUG"))
+        std::fprintf(stderr, "weight %g round %d: target %llu live %llu placed %llu decisions %zu\n", link_weight_, round,
+                     static_cast<unsigned long long>(target), static_cast<unsigned long long>(a.measure.live_peak_bytes),
+                     static_cast<unsigned long long>(a.measure.device_bytes), decided_);
+      if (a.fits) {
+        best = std::move(a);
+        break;
+      }
+      // The estimate was optimistic (placement, chains, transfer windows): continue from the
+      // measured profile, aiming lower by what placement adds on top of the live bytes.
+      sync_profile(a.measure.live_bytes);
+      const uint64_t excess = a.measure.device_bytes - std::min(a.measure.device_bytes, ctx_.budget_bytes);
+      const uint64_t live = a.measure.live_peak_bytes;
+      target = live > ctx_.budget_bytes ? ctx_.budget_bytes
+                                        : (live > excess + f_.alignment ? live - excess - f_.alignment : 0);
+      if (!best || a.measure.device_bytes < best->measure.device_bytes) best = std::move(a);
+      if (!progress && round > 0) break;  // nothing more can leave the device
+    }
+    if (decisions != nullptr) *decisions = explain();
+    best->notes = summary();
+    return std::move(*best);
+  }
+
+ private:
+  static constexpr int kMaxRounds = 24;
+  size_t idx(TensorId t) const { return static_cast<size_t>(t); }
+  uint64_t bytes_of(TensorId t) const { return f_.aligned_bytes(t); }
+  bool swaps_allowed() const { return !ctx_.recompute_only; }
+
+  // ---- setup ----
+
+  void setup() {
+    start_us_.assign(n_ + 1, 0);
+    for (size_t i = 0; i < n_; ++i) start_us_[i + 1] = start_us_[i] + f_.op_us[i];
+    out_link_.emplace(f_.op_us);
+    if (ctx_.cost.copy_directions_concurrent()) in_link_.emplace(f_.op_us);
+    Schedule keep = empty_schedule(ctx_, "none");
+    Program program = lower_schedule(g_, keep, f_.program_options).value();
+    const std::vector<uint64_t> live = live_bytes_per_step(f_, program);
+    std::vector<int64_t> values(live.begin(), live.end());
+    tree_.emplace(values);
+    index_.emplace(n_);
+    collect_accesses();
+    pins_.assign(g_.tensors.size(), {});
+    make_gaps();
+    exact_stamp_.assign(gaps_.size(), 0);
+  }
+
+  const LinkBook& in_book() const { return in_link_ ? *in_link_ : *out_link_; }
+  LinkBook& in_book() { return in_link_ ? *in_link_ : *out_link_; }
+
+  void collect_accesses() {
+    ts_.assign(g_.tensors.size(), TensorState{});
+    for (const Op& op : g_.ops) {
+      for (TensorId t : op.inputs) ts_[idx(t)].accesses.push_back(op.id);
+      for (TensorId t : op.outputs) {
+        ts_[idx(t)].accesses.push_back(op.id);
+        if (g_.tensor(t).persistent()) ts_[idx(t)].written = true;
+      }
+    }
+    for (TensorState& s : ts_) {
+      std::sort(s.accesses.begin(), s.accesses.end());
+      s.accesses.erase(std::unique(s.accesses.begin(), s.accesses.end()), s.accesses.end());
+    }
+    for (const Tensor& t : g_.tensors)
+      if (f_.recomputable(t.id)) chain_facts(t.id);
+  }
+
+  // The ops a recompute of t runs: its producer and, through inputs that are forward-only
+  // intermediates (dead by then in the keep plan), theirs; everything else it reads is a source.
+  void chain_facts(TensorId t) {
+    TensorState& s = ts_[idx(t)];
+    s.recomputable = true;
+    std::vector<TensorId> work{t};
+    std::vector<OpId> seen;
+    while (!work.empty()) {
+      const TensorId u = work.back();
+      work.pop_back();
+      const OpId p = f_.producer[idx(u)];
+      if (std::find(seen.begin(), seen.end(), p) != seen.end()) continue;
+      seen.push_back(p);
+      s.chain_us += f_.op_us[static_cast<size_t>(p)];
+      if (u != t) s.chain_temp_bytes += bytes_of(u);
+      for (TensorId in : g_.op(p).inputs) {
+        if (f_.recomputable(in) && f_.info(in).first_backward_use == kNoOp && seen.size() < 64)
+          work.push_back(in);
+        else
+          s.sources.push_back(in);
+      }
+    }
+  }
+
+  void make_gaps() {
+    for (const Tensor& t : g_.tensors) {
+      if (t.id == g_.loss || t.bytes == 0) continue;
+      TensorState& s = ts_[idx(t.id)];
+      const std::vector<OpId>& a = s.accesses;
+      if (a.empty()) continue;
+      if (t.persistent()) {
+        if (!swaps_allowed()) continue;
+        add_gap(t.id, a.back(), a.front(), /*cyclic=*/true, /*index=*/true);
+        for (size_t k = 0; k + 1 < a.size(); ++k)
+          if (a[k + 1] - a[k] >= 2) add_gap(t.id, a[k], a[k + 1], false, /*index=*/false);  // after offload
+        continue;
+      }
+      if (!s.recomputable && !swaps_allowed()) continue;
+      for (size_t k = 0; k + 1 < a.size(); ++k)
+        if (a[k + 1] - a[k] >= 2) add_gap(t.id, a[k], a[k + 1], false, true);
+    }
+  }
+
+  void add_gap(TensorId t, OpId from, OpId to, bool cyclic, bool index) {
+    Gap gap{.tensor = t, .from = from, .to = to, .cyclic = cyclic};
+    const int id = static_cast<int>(gaps_.size());
+    gaps_.push_back(gap);
+    ts_[idx(t)].gaps.push_back(id);
+    if (index) index_gap(id, static_key(id));
+  }
+
+  // Where a gap could be away, before any booking.
+  void index_gap(int id, CandidateKey key) {
+    const Gap& gap = gaps_[static_cast<size_t>(id)];
+    if (gap.cyclic) {
+      index_->insert(id, gap.version, gap.from + 1, static_cast<int64_t>(n_) - 1, key);
+      index_->insert(id, gap.version, 0, gap.to - 1, key);
+    } else {
+      index_->insert(id, gap.version, gap.from + 1, gap.to - 1, key);
+    }
+  }
+
+  double out_us(TensorId t) const { return ctx_.cost.transfer_us(Direction::kSwapOut, ctx_.tier, g_.tensor(t).bytes); }
+  double in_us(TensorId t) const { return ctx_.cost.transfer_us(Direction::kSwapIn, ctx_.tier, g_.tensor(t).bytes); }
+
+  // A lower bound of the gap's score: its cheapest option with no booking conflicts.
+  CandidateKey static_key(int id) const {
+    const Gap& gap = gaps_[static_cast<size_t>(id)];
+    const TensorState& s = ts_[idx(gap.tensor)];
+    const double b = static_cast<double>(std::max<uint64_t>(bytes_of(gap.tensor), 1));
+    double score = std::numeric_limits<double>::infinity();
+    if (swaps_allowed()) score = link_weight_ * in_us(gap.tensor) / b;
+    if (!gap.cyclic && s.recomputable) score = std::min(score, s.chain_us / b);
+    return {score, bytes_of(gap.tensor)};
+  }
+
+  // ---- options ----
+
+  // Where a gap really ends: its next access, or earlier where a decided recompute reads the
+  // tensor (a pin): the tensor must be on the device for that recompute.
+  OpId end_of(const Gap& gap) const {
+    OpId end = gap.to;
+    for (OpId p : pins_[idx(gap.tensor)]) {
+      if (gap.cyclic) {
+        if (p < gap.to) end = std::min(end, p);
+      } else if (p > gap.from && p < end) {
+        end = p;
+      }
+    }
+    return end;
+  }
+
+  Option swap_option(const Gap& gap) const {
+    Option o;
+    o.move = Move::kSwap;
+    const TensorId t = gap.tensor;
+    const TensorState& s = ts_[idx(t)];
+    const bool persistent = g_.tensor(t).persistent();
+    const double t_in = in_us(t);
+    if (gap.cyclic) return offload_option(gap);
+    OpId release = gap.from;
+    double link_us = t_in;
+    const OpId end = end_of(gap);
+    if (!s.has_copy && !persistent) {
+      const OpId p = f_.producer[idx(t)];
+      const size_t first = p == kNoOp ? 0 : static_cast<size_t>(p) + 1;
+      if (static_cast<size_t>(end) <= first) return o;
+      o.out = out_link_->book_forward(first, static_cast<size_t>(end) - first, out_us(t));
+      if (!o.out.ok) return o;
+      release = std::max<OpId>(gap.from, static_cast<OpId>(o.out.last));
+      link_us += out_us(t);
+    }
+    if (release + 1 > end - 1) return o;
+    // Both bookings share one link when the directions cannot overlap: book out first.
+    std::optional<LinkBook> shared;
+    const LinkBook* in_link = &in_book();
+    if (!in_link_ && o.out.ok && !o.out.parts.empty()) {
+      shared.emplace(*out_link_);
+      shared->commit(o.out);
+      in_link = &*shared;
+    }
+    o.in = in_link->book_backward(static_cast<size_t>(end) - 1, static_cast<size_t>(end - 1 - release), t_in);
+    if (!o.in.ok) return o;
+    const OpId back = static_cast<OpId>(o.in.first);
+    o.lo1 = release + 1;
+    o.hi1 = back - 1;
+    if (o.lo1 > o.hi1) return o;
+    o.release_after = release;
+    o.fetch_before = back;
+    o.link_us = link_us;
+    o.cost_us = link_weight_ * link_us;
+    o.ok = true;
+    return o;
+  }
+
+  // A persistent tensor that lives in the tier: out after its last access when the iteration
+  // writes it, in before its first access.
+  Option offload_option(const Gap& gap) const {
+    Option o;
+    o.move = Move::kSwap;
+    const TensorId t = gap.tensor;
+    const TensorState& s = ts_[idx(t)];
+    const OpId last = gap.from, first = end_of(gap);
+    double stall_us = 0;
+    OpId release = last;
+    double link_us = in_us(t);
+    std::optional<LinkBook> shared;
+    const LinkBook* in_link = &in_book();
+    if (s.written) {
+      const size_t from = static_cast<size_t>(last) + 1;
+      if (from < n_) {
+        o.out = out_link_->book_forward(from, n_ - from, out_us(t));
+        if (o.out.ok) release = static_cast<OpId>(o.out.last);
+      }
+      if (!o.out.ok) {  // the copy outlasts the iteration: its release waits
+        release = static_cast<OpId>(n_ - 1);
+        stall_us += out_us(t);
+      }
+      link_us += out_us(t);
+      if (!in_link_ && o.out.ok) {
+        shared.emplace(*out_link_);
+        shared->commit(o.out);
+        in_link = &*shared;
+      }
+    }
+    OpId back = first;
+    if (first > 0) {
+      o.in = in_link->book_backward(static_cast<size_t>(first) - 1, static_cast<size_t>(first), in_us(t));
+      if (o.in.ok) back = static_cast<OpId>(o.in.first);
+    }
+    if (!o.in.ok) stall_us += in_us(t);  // fetched on demand at its first access
+    o.lo1 = release + 1;
+    o.hi1 = static_cast<int64_t>(n_) - 1;
+    o.lo2 = 0;
+    o.hi2 = back - 1;
+    if (o.steps_away() == 0) return o;
+    o.release_after = release;
+    o.fetch_before = back;
+    o.link_us = link_us;
+    o.cost_us = link_weight_ * link_us + stall_us;
+    o.ok = true;
+    return o;
+  }
+
+  // Inner gap of an offloaded persistent tensor: its copy is valid (no write before the update).
+  Option inner_offload_option(const Gap& gap) const {
+    Option o;
+    o.move = Move::kSwap;
+    const OpId end = end_of(gap);
+    if (end - 1 <= gap.from) return o;
+    o.in = in_book().book_backward(static_cast<size_t>(end) - 1, static_cast<size_t>(end - 1 - gap.from),
+                                   in_us(gap.tensor));
+    if (!o.in.ok) return o;
+    const OpId back = static_cast<OpId>(o.in.first);
+    o.lo1 = gap.from + 1;
+    o.hi1 = back - 1;
+    if (o.lo1 > o.hi1) return o;
+    o.release_after = gap.from;
+    o.fetch_before = back;
+    o.link_us = in_us(gap.tensor);
+    o.cost_us = link_weight_ * o.link_us;
+    o.ok = true;
+    return o;
+  }
+
+  Option recompute_option(const Gap& gap) const {
+    Option o;
+    o.move = Move::kRecompute;
+    const TensorState& s = ts_[idx(gap.tensor)];
+    if (!s.recomputable || gap.cyclic || g_.tensor(gap.tensor).persistent()) return o;
+    const OpId end = end_of(gap);
+    // Its sources must be on the device when it runs (they are pinned there once it is decided).
+    for (TensorId u : s.sources)
+      if (away_gap(u, end) != nullptr) return o;
+    o.lo1 = gap.from + 1;
+    o.hi1 = end - 1;
+    o.release_after = gap.from;
+    o.fetch_before = end;
+    o.cost_us = s.chain_us;
+    o.ok = o.lo1 <= o.hi1;
+    return o;
+  }
+
+  // The decided gap of u that has it away at `step`, if any.
+  const Gap* away_gap(TensorId u, OpId step) const {
+    for (int id : ts_[idx(u)].gaps) {
+      const Gap& g = gaps_[static_cast<size_t>(id)];
+      if (g.move() != Move::kKeep && g.decided.covers(step)) return &g;
+    }
+    return nullptr;
+  }
+
+  // A decided swap whose prefetch (or swap-out) keeps the tensor on the device at some steps of
+  // its gap: fetch it on demand instead, right before its access, paying the transfer as a stall.
+  Option late_option(const Gap& gap) const {
+    Option o = gap.decided;
+    o.in = {};
+    o.out = {};
+    o.move = Move::kSwap;
+    o.fetch_before = end_of(gap);
+    if (gap.cyclic) {
+      o.hi2 = o.fetch_before - 1;
+    } else {
+      o.hi1 = o.fetch_before - 1;
+    }
+    o.cost_us = gap.decided.cost_us - link_weight_ * in_us(gap.tensor) + in_us(gap.tensor);
+    o.link_us = gap.decided.link_us;
+    o.ok = o.steps_away() > 0;
+    return o;
+  }
+
+  // The best option of a gap that has it away at step s. For a decided gap: the best change that
+  // has it away at s, scored by what it costs on top of the current decision.
+  Option evaluate(int id, int64_t s) const {
+    const Gap& gap = gaps_[static_cast<size_t>(id)];
+    const double b = static_cast<double>(std::max<uint64_t>(bytes_of(gap.tensor), 1));
+    Option best;
+    const double current = gap.move() == Move::kKeep ? 0 : gap.decided.cost_us;
+    auto consider = [&](Option o) {
+      if (!o.ok || !o.covers(s)) return;
+      o.score = (o.cost_us - current) / b;
+      if (!best.ok || o.score < best.score) best = std::move(o);
+    };
+    if (gap.move() == Move::kSwap) {
+      if (gap.decided.covers(s)) return best;
+      consider(recompute_option(gap));
+      if (gap.fetch_before() != end_of(gap)) consider(late_option(gap));
+      return best;
+    }
+    if (gap.move() == Move::kRecompute) return best;
+    if (swaps_allowed()) {
+      const bool inner = g_.tensor(gap.tensor).persistent() && !gap.cyclic;
+      consider(inner ? inner_offload_option(gap) : swap_option(gap));
+    }
+    consider(recompute_option(gap));
+    return best;
+  }
+
+  // ---- greedy ----
+
+  bool current(int id, int version) const { return gaps_[static_cast<size_t>(id)].version == version; }
+
+  void greedy(int64_t target) {
+    const auto valid = [this](int id, int version) { return current(id, version); };
+    while (tree_->peak() > target) {
+      const size_t s = tree_->peak_step();
+      std::vector<int> skipped;
+      std::optional<std::pair<int, Option>> chosen;
+      for (size_t tries = 0; tries < 2 * gaps_.size() + 16; ++tries) {
+        auto top = index_->best(s, valid);
+        if (!top) break;
+        const int id = top->second;
+        Gap& gap = gaps_[static_cast<size_t>(id)];
+        Option o = evaluate(id, static_cast<int64_t>(s));
+        if (!o.ok) {  // cannot be away at s now: out of this query, back for later ones
+          ++gap.version;
+          skipped.push_back(id);
+          continue;
+        }
+        const CandidateKey exact{o.score, bytes_of(gap.tensor)};
+        if (top->first < exact && exact_stamp_[id] != decided_ + 1) {
+          // Its key was optimistic: re-key and let the others compete.
+          ++gap.version;
+          exact_stamp_[id] = decided_ + 1;
+          reindex(id, exact);
+          continue;
+        }
+        chosen = std::make_pair(id, std::move(o));
+        break;
+      }
+      for (int id : skipped)
+        reindex(id, gaps_[static_cast<size_t>(id)].move() == Move::kKeep ? static_key(id) : upgrade_key(id));
+      if (!chosen) {  // nothing can leave the device at the peak step
+        if (std::getenv("FERRY_PLANNER_DEBUG")) debug_stuck(s, target);
+        return;
+      }
+      apply(chosen->first, chosen->second);
+    }
+  }
+
+  void debug_stuck(size_t s, int64_t target) const {
+    std::fprintf(stderr, "stuck at step %zu (%s): profile %lld, target %lld, skipped candidates:\n", s,
+                 g_.op(static_cast<OpId>(s)).name.c_str(), static_cast<long long>(tree_->at(s)),
+                 static_cast<long long>(target));
+    for (size_t id = 0; id < gaps_.size(); ++id) {
+      const Gap& g = gaps_[id];
+      const bool covers = g.cyclic ? (static_cast<OpId>(s) > g.from || static_cast<OpId>(s) < g.to)
+                                   : (static_cast<OpId>(s) > g.from && static_cast<OpId>(s) < g.to);
+      if (!covers) continue;
+      const Option e = evaluate(static_cast<int>(id), static_cast<int64_t>(s));
+      std::fprintf(stderr, "  %-40s %10llu bytes gap %d..%d move %d away %lld..%lld eval ok %d move %d score %g end %d\n",
+                   g_.tensor(g.tensor).name.c_str(), static_cast<unsigned long long>(bytes_of(g.tensor)), g.from, g.to,
+                   static_cast<int>(g.move()), static_cast<long long>(g.decided.lo1),
+                   static_cast<long long>(g.decided.hi1), e.ok, static_cast<int>(e.move), e.score, end_of(g));
+    }
+  }
+
+  void add_away(const Option& o, int64_t delta) {
+    tree_->add(o.lo1, o.hi1, delta);
+    tree_->add(o.lo2, o.hi2, delta);
+  }
+
+  // Takes back a gap's decision: its bookings and the bytes it freed.
+  void undo(Gap& gap) {
+    TensorState& s = ts_[idx(gap.tensor)];
+    const Option& d = gap.decided;
+    if (d.move == Move::kKeep) return;
+    add_away(d, static_cast<int64_t>(bytes_of(gap.tensor)));
+    if (d.move == Move::kRecompute) {
+      tree_->add(d.fetch_before, d.fetch_before, -static_cast<int64_t>(s.chain_temp_bytes));
+    } else {
+      if (d.in.ok) in_book().cancel(d.in);
+      --s.swapped_gaps;
+    }
+    gap.decided = Option{};
+  }
+
+  void apply(int id, const Option& chosen) {
+    Gap& gap = gaps_[static_cast<size_t>(id)];
+    TensorState& s = ts_[idx(gap.tensor)];
+    const int64_t b = static_cast<int64_t>(bytes_of(gap.tensor));
+    ++gap.version;
+    ++decided_;
+    Option o = chosen;
+    undo(gap);
+    const bool persistent = g_.tensor(gap.tensor).persistent();
+    if (o.move == Move::kRecompute && s.has_copy && s.swapped_gaps == 0 && !persistent) {
+      // No swap relies on the copy any more: its swap-out goes.
+      if (s.out.ok) out_link_->cancel(s.out);
+      s.out = {};
+      s.has_copy = false;
+    }
+    if (o.move == Move::kSwap) {
+      if (o.out.ok && !o.out.parts.empty() && !s.has_copy) {
+        out_link_->commit(o.out);
+        s.out = o.out;
+      }
+      if (o.in.ok) in_book().commit(o.in);
+      ++s.swapped_gaps;
+      if (!s.has_copy) {
+        s.has_copy = true;
+        s.out_after = persistent ? gap.from : f_.producer[idx(gap.tensor)];
+        if (persistent)  // offloaded: its inner gaps may leave too
+          for (int inner : s.gaps)
+            if (inner != id) reindex(inner, static_key(inner));
+      }
+      const Option alt = recompute_option(gap);
+      gap.alternative = alt.ok ? fmt::format("recompute, {:.1f} us", alt.cost_us) : "recompute: not possible";
+    } else {
+      tree_->add(o.fetch_before, o.fetch_before, static_cast<int64_t>(s.chain_temp_bytes));
+      for (TensorId u : s.sources) pins_[idx(u)].push_back(o.fetch_before);
+      gap.alternative = swaps_allowed() ? fmt::format("swap, {:.1f} us of link time",
+                                                      in_us(gap.tensor) + (s.has_copy ? 0 : out_us(gap.tensor)))
+                                        : "swap: not allowed (--tier none)";
+    }
+    gap.decided = std::move(o);
+    add_away(gap.decided, -b);
+    reindex(id, upgrade_key(id));
+  }
+
+  // A lower bound of what changing a decided swap costs per byte (a recompute may cost less
+  // than the link time it gives back).
+  CandidateKey upgrade_key(int id) const {
+    const Gap& gap = gaps_[static_cast<size_t>(id)];
+    const double b = static_cast<double>(std::max<uint64_t>(bytes_of(gap.tensor), 1));
+    return {-link_weight_ * gap.decided.link_us / b, bytes_of(gap.tensor)};
+  }
+
+  // Puts a gap back in the index where a decision could take (more of) it away: its whole gap
+  // when undecided; for a swap, the steps of its gap at which the tensor is still on the device
+  // (waiting for its copy out, or prefetched early); nowhere for a recompute.
+  void reindex(int id, CandidateKey key) {
+    const Gap& gap = gaps_[static_cast<size_t>(id)];
+    if (gap.move() == Move::kKeep) {
+      index_gap(id, key);
+    } else if (gap.move() == Move::kSwap) {
+      const Option& d = gap.decided;
+      index_->insert(id, gap.version, gap.from + 1, d.release_after, key);
+      index_->insert(id, gap.version, d.fetch_before, gap.to - 1, key);
+    }
+  }
+
+  void sync_profile(const std::vector<uint64_t>& live) {
+    for (size_t i = 0; i < live.size(); ++i)
+      tree_->add(static_cast<int64_t>(i), static_cast<int64_t>(i), static_cast<int64_t>(live[i]) - tree_->at(i));
+  }
+
+  // ---- the schedule ----
+
+  Schedule intent() const {
+    Schedule s = empty_schedule(ctx_, "ferry");
+    std::vector<bool> dropped(g_.tensors.size(), false);
+    std::vector<std::vector<Action>> releases(n_);  // after the swap-outs of the same step
+    for (const Tensor& t : g_.tensors) {
+      const TensorState& st = ts_[idx(t.id)];
+      if (!st.has_copy) continue;
+      if (t.persistent()) {
+        s.offloaded.push_back({t.id, ctx_.tier});
+        if (st.written) add_after(s, st.accesses.back(), swap_out_action(t.id, ctx_.tier));
+      } else if (st.out_after == kNoOp) {
+        add_before(s, 0, swap_out_action(t.id, ctx_.tier));
+      } else {
+        add_after(s, st.out_after, swap_out_action(t.id, ctx_.tier));
+      }
+    }
+    for (const Gap& gap : gaps_) {
+      if (gap.move() == Move::kKeep) continue;
+      releases[static_cast<size_t>(gap.release_after())].push_back(release_action(gap.tensor));
+      if (gap.move() == Move::kSwap) {
+        add_before(s, gap.fetch_before(), swap_in_action(gap.tensor, ctx_.tier));
+      } else {
+        dropped[idx(gap.tensor)] = true;
+        add_before(s, gap.fetch_before(), recompute_action(gap.tensor));
+      }
+    }
+    // Forward-only ancestors a recompute reads leave after their last forward use (recomputed
+    // along on demand), instead of living until the recompute.
+    std::vector<bool> closed = dropped;
+    close_recompute_sources(f_, closed);
+    for (const Tensor& t : g_.tensors)
+      if (closed[idx(t.id)] && !dropped[idx(t.id)])
+        releases[static_cast<size_t>(f_.forward_end(t.id))].push_back(release_action(t.id));
+    for (size_t i = 0; i < n_; ++i)
+      for (const Action& a : releases[i]) add_after(s, static_cast<OpId>(i), a);
+    return s;
+  }
+
+  std::string summary() const {
+    size_t swaps = 0, recomputes = 0, offloaded = 0;
+    for (const Gap& g : gaps_) {
+      if (g.move() == Move::kRecompute) ++recomputes;
+      if (g.move() == Move::kSwap && !g_.tensor(g.tensor).persistent()) ++swaps;
+      if (g.move() == Move::kSwap && g.cyclic) ++offloaded;
+    }
+    return fmt::format("link weight {}: {} gaps swapped, {} recomputed, {} persistent tensors offloaded; link {:.0f}% "
+                       "booked",
+                       link_weight_, swaps, recomputes, offloaded, 100 * out_link_->utilisation());
+  }
+
+  std::vector<PlanDecision> explain() const {
+    std::vector<PlanDecision> out;
+    for (const Gap& g : gaps_) {
+      if (g.move() == Move::kKeep) continue;
+      PlanDecision d;
+      d.tensor = g.tensor;
+      d.move = g.move() == Move::kRecompute ? "recompute" : (g.cyclic ? "offload" : "swap");
+      d.leaves_after = g.release_after();
+      d.back_before = g.fetch_before();
+      d.bytes = bytes_of(g.tensor);
+      d.away_steps = g.decided.steps_away();
+      d.cost_us = g.decided.move == Move::kRecompute ? g.decided.cost_us : g.decided.link_us;
+      d.alternative = g.alternative;
+      out.push_back(std::move(d));
+    }
+    return out;
+  }
+
+  const PlanContext& ctx_;
+  const PlanFacts& f_;
+  const Graph& g_;
+  const size_t n_;
+  const double link_weight_;
+  std::vector<double> start_us_;
+  std::optional<LinkBook> out_link_, in_link_;
+  std::optional<StepTree> tree_;
+  std::optional<CandidateIndex> index_;
+  std::vector<TensorState> ts_;
+  std::vector<std::vector<OpId>> pins_;  // per tensor: steps where a decided recompute reads it
+  std::vector<Gap> gaps_;
+  std::vector<size_t> exact_stamp_;  // per gap: decided_ + 1 when its key is exact for this state
+  size_t decided_ = 0;
+};
+
+}  // namespace
+}  // namespace planner
+
+Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, const FerryTuning& tuning,
+                               std::vector<PlanDecision>* decisions) {
+  std::optional<PlanAttempt> best;
+  double best_us = std::numeric_limits<double>::infinity();
+  std::vector<PlanDecision> best_decisions;
+  for (double weight : tuning.link_weights) {
+    std::vector<PlanDecision> d;
+    FERRY_ASSIGN_OR_RETURN(PlanAttempt a, planner::Planner(ctx, facts, weight).run(decisions ? &d : nullptr));
+    double us = std::numeric_limits<double>::infinity();
+    if (a.fits) {
+      FERRY_ASSIGN_OR_RETURN(Program program, lower_schedule(facts.g(), a.schedule, facts.program_options));
+      FERRY_ASSIGN_OR_RETURN(SimResult sim, simulate_for_planning(ctx, facts, program));
+      us = sim.iteration_us;
+    }
+    const bool better = !best || (a.fits && !best->fits) || (a.fits == best->fits && a.fits && us < best_us) ||
+                        (!a.fits && !best->fits && a.measure.device_bytes < best->measure.device_bytes);
+    if (better) {
+      best = std::move(a);
+      best_us = us;
+      best_decisions = std::move(d);
+    }
+    if (ctx.budget_bytes == 0) break;
+  }
+  if (decisions != nullptr) *decisions = std::move(best_decisions);
+  // The rounds placed with a shortcut (the first placement within the budget); report the
+  // smallest, as every consumer of the schedule will place it.
+  FERRY_ASSIGN_OR_RETURN(best->measure, measure_schedule(facts, best->schedule));
+  best->fits = ctx.budget_bytes == 0 || best->measure.device_bytes <= ctx.budget_bytes;
+  return std::move(*best);
+}
+
+}  // namespace ferry

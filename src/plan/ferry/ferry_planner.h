@@ -1,0 +1,40 @@
+// Ferry's own planner (policy `ferry`): every tensor may be kept, swapped or recomputed, weights
+// and optimizer state included. docs/planner.md describes the method; this header its interface
+// to the policy registry.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "plan/policy_common.h"
+
+namespace ferry {
+
+// What the planner decided for one interval of one tensor, and why (`ferry plan --explain`).
+struct PlanDecision {
+  TensorId tensor = kNoTensor;
+  std::string move;          // "swap", "recompute", "offload" (a persistent tensor lives in the tier)
+  OpId leaves_after = kNoOp; // released after this step
+  OpId back_before = kNoOp;  // swapped in / recomputed before this step (kNoOp: stays away)
+  uint64_t bytes = 0;        // freed while away
+  int32_t away_steps = 0;    // steps it is away
+  double cost_us = 0;        // estimated time it adds: recompute time, or link time it occupies
+  std::string alternative;   // the option not taken and its estimated cost
+};
+
+// The planner's tuning, for experiments and tests (defaults are what `ferry` uses).
+struct FerryTuning {
+  // Link-time weights tried: a swap's score is weight x link time per byte, a recompute's the
+  // recompute time per byte; the plan with the best simulated time wins. 0 prefers swaps the
+  // link can hide, larger values keep the link for what cannot be recomputed cheaply.
+  std::vector<double> link_weights = {0.0, 1.0, 4.0};
+  int repair_rounds = 6;  // simulated rounds moving stalled prefetches earlier
+};
+
+// Plans ctx with the Ferry planner. Returns the best attempt (which may not fit: the registry
+// reports that). `decisions`, when not null, receives the winning plan's decisions.
+Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, const FerryTuning& tuning = {},
+                               std::vector<PlanDecision>* decisions = nullptr);
+
+}  // namespace ferry
