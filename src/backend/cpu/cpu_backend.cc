@@ -194,11 +194,11 @@ class CpuCompiledGraph final : public CompiledGraph {
 Status check_precision(Precision p) {
   if (p == Precision::kFp32) return Status::Ok();
   if (p == Precision::kTf32)
-    return Status::Unsupported("the CPU backend computes in fp32: tf32 is an NVIDIA tensor-core mode (use --precision "
+    return Status::InvalidArgument("the CPU backend computes in fp32: tf32 is an NVIDIA tensor-core mode (use --precision "
                                "fp32 to train here; plan tf32 on a GPU profile)");
   const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
   const bool bf16_isa = isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
-  return Status::Unsupported(fmt::format(
+  return Status::InvalidArgument(fmt::format(
       "the CPU backend trains in fp32 only: {} needs 16-bit versions of Ferry's hand-written kernels (cross-entropy, "
       "embedding, softmax, dropout, optimizer updates that refresh the 16-bit weight copies), which are not "
       "implemented; {}",
