@@ -172,8 +172,8 @@ class Reader {
   std::set<std::string> used_;
 };
 
-// "compute": {"fp32": .., "tf32": ..}: one entry per unit the profile has a peak for (the peaks
-// are read first), no others.
+// "compute": {"fp32": .., "tf32": ..}: fp32 and one entry per other unit the profile has a peak
+// for (the peaks are read first), no others.
 void read_per_unit(Reader r, const HardwareProfile& p, OpEfficiency& e) {
   for (const std::string& key : r.keys()) {
     const std::optional<ComputeDType> unit = compute_dtype_from_string(key);
@@ -181,13 +181,13 @@ void read_per_unit(Reader r, const HardwareProfile& p, OpEfficiency& e) {
       r.fail(join_path(r.path(), key), "unknown compute dtype (known: fp32, tf32, fp16, bf16)");
       return;
     }
-    if (!p.peak_flops[static_cast<size_t>(*unit)]) {
+    if (*unit != ComputeDType::kFp32 && !p.peak_flops[static_cast<size_t>(*unit)]) {
       r.fail(join_path(r.path(), key), fmt::format("the profile has no {} rate (compute.peak_flops.{})", key, key));
       return;
     }
   }
   for (size_t u = 0; u < kNumComputeDTypes; ++u) {
-    if (!p.peak_flops[u]) continue;
+    if (!p.peak_flops[u] && u != static_cast<size_t>(ComputeDType::kFp32)) continue;  // fp32: always required
     const double v = r.number(kComputeDTypeNames[u]);  // missing: "missing field"
     if (u == static_cast<size_t>(ComputeDType::kFp32)) e.compute = v;
     else e.compute_by_unit[u] = v;

@@ -20,8 +20,9 @@ namespace {
 
 using Json = nlohmann::json;
 
-const std::vector<std::string> kShipped = {"a100-40gb-pcie4", "cpu-local", "h100-80gb-pcie5", "rtx4090-pcie4",
-                                           "v100-16gb-pcie3"};
+const std::vector<std::string> kShipped = {"a100-40gb-pcie4", "a100-80gb-sxm4", "cpu-local",      "h100-80gb-pcie5",
+                                           "h100-80gb-sxm5",  "rtx4090-pcie4",  "v100-16gb-pcie3", "v100-16gb-sxm2",
+                                           "v100-32gb-sxm2"};
 
 ::testing::AssertionResult contains(const std::string& text, const std::string& part) {
   if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
@@ -101,6 +102,22 @@ TEST(ProfileTest, ShippedGpuProfilesCarryTheDatasheetNumbers) {
   EXPECT_EQ(a100->memory_bandwidth_bytes_per_s, 1555e9);
   EXPECT_NEAR(v100->host_link.host_to_device.effective_bytes_per_s(), 12.6e9, 0.1e9);
   EXPECT_TRUE(contains(load_profile("cpu-local")->notes, "MEASURED"));
+  // The SXM parts (datasheet SXM columns; H100's tensor rates are the dense halves of the quoted ones).
+  Result<HardwareProfile> v100s = load_profile("v100-32gb-sxm2");
+  Result<HardwareProfile> a100s = load_profile("a100-80gb-sxm4");
+  Result<HardwareProfile> h100s = load_profile("h100-80gb-sxm5");
+  ASSERT_TRUE(v100s.ok() && a100s.ok() && h100s.ok());
+  EXPECT_EQ(v100s->peak_flops[static_cast<size_t>(ComputeDType::kFp16)], 125e12);
+  EXPECT_EQ(v100s->memory_capacity_bytes, uint64_t{32} << 30);
+  EXPECT_EQ(a100s->memory_bandwidth_bytes_per_s, 2039e9);
+  EXPECT_EQ(h100s->peak_flops[static_cast<size_t>(ComputeDType::kBf16)], 989.4e12);
+  EXPECT_EQ(h100s->memory_bandwidth_bytes_per_s, 3.35e12);
+  // Calibrated profiles carry per-unit efficiencies for the matrix classes and the Winograd fraction.
+  for (const HardwareProfile* p : {&*v100s, &*a100s, &*h100s}) {
+    EXPECT_TRUE(p->efficiency[static_cast<size_t>(OpClass::kConv)].per_unit()) << p->name;
+    EXPECT_LT(p->conv3x3_flop_fraction[static_cast<size_t>(ComputeDType::kFp32)], 1.0) << p->name;
+    EXPECT_TRUE(contains(p->sources.at("compute.efficiency"), "bench/gpu_calibration.py")) << p->name;
+  }
 }
 
 TEST(ProfileTest, JsonRoundTripAndSaveThenLoadByPath) {
@@ -179,7 +196,7 @@ TEST(ProfileTest, UnknownNameListsTheKnownProfiles) {
   ASSERT_FALSE(p.ok());
   EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(contains(p.status().message(), "unknown hardware profile 'tpu-v9'"));
-  EXPECT_TRUE(contains(p.status().message(), "a100-40gb-pcie4, cpu-local, h100-80gb-pcie5"));
+  EXPECT_TRUE(contains(p.status().message(), "a100-40gb-pcie4, a100-80gb-sxm4, cpu-local, h100-80gb-pcie5"));
   Result<HardwareProfile> missing = load_profile("/nonexistent/dir/x.json");
   ASSERT_FALSE(missing.ok());
   EXPECT_TRUE(contains(missing.status().message(), "'/nonexistent/dir/x.json' does not exist"));
