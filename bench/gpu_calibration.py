@@ -499,6 +499,7 @@ def write_note(path, results, stats, eff):
             f"{sum(e <= 0.25 for e in errs)} of {len(errs)} |")
     line("fit", fit_rows)
     line("held-out", held)
+    line("held-out without a caveat", [x for x in held if not x["caveat"]])
     line("all", results)
     line("all without a caveat (layout or disagreeing sources)", plain)
     add("")
