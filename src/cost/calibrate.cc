@@ -149,25 +149,100 @@ double median(std::vector<double> v) {
 
 }  // namespace
 
-Result<CalibrationReport> calibrate_profile(const Graph& g, const HardwareProfile& start) {
-  if (Status v = validate_profile(start); !v.ok()) return v.with_context(fmt::format("hardware profile '{}'", start.name));
+namespace {
+
+// The timed ops of `g` per class: `all` of them, and in `fitted` those that carry information
+// (time above the launch overhead, some work). Counts go to `report`.
+void collect_samples(const Graph& g, const HardwareProfile& start, CalibrationReport& report,
+                     std::array<std::vector<Sample>, kNumOpClasses>& fitted,
+                     std::array<std::vector<Sample>, kNumOpClasses>& all) {
   // Times at efficiency 1 from the cost model itself.
   HardwareProfile unit_profile = start;
   for (OpEfficiency& e : unit_profile.efficiency) e = OpEfficiency{};
   const CostModel unit_cost(unit_profile, CostOptions{.use_measured_times = false});
-
-  CalibrationReport report;
-  std::array<std::vector<Sample>, kNumOpClasses> samples, all;  // fitted / every timed op
   for (const Op& op : g.ops) {
     if (!op.time_us) continue;
     ++report.timed_ops;
     const OpCost c = unit_cost.op_cost(g, op);
-    Sample s{static_cast<size_t>(c.unit), c.compute_us, c.memory_us, *op.time_us - c.overhead_us, *op.time_us,
-             c.overhead_us};
+    const Sample s{static_cast<size_t>(c.unit), c.compute_us, c.memory_us, *op.time_us - c.overhead_us,
+                   *op.time_us, c.overhead_us};
     all[static_cast<size_t>(c.op_class)].push_back(s);
-    if (s.r > 0 && (s.a > 0 || s.b > 0)) samples[static_cast<size_t>(c.op_class)].push_back(s);
+    if (s.r > 0 && (s.a > 0 || s.b > 0)) fitted[static_cast<size_t>(c.op_class)].push_back(s);
     else ++report.skipped_ops;
   }
+}
+
+// Fits one class, records its parameters in `report` and writes them into `eff`; returns the
+// class's parameters before and after.
+std::pair<ClassParams, ClassParams> fit_and_record(OpClass cls, const std::vector<Sample>& samples,
+                                                   const HardwareProfile& start, OpEfficiency& eff,
+                                                   CalibrationReport& report) {
+  const OpEfficiency old = eff;
+  std::array<bool, kNumComputeDTypes> units{};
+  bool has_memory = false;
+  for (const Sample& s : samples) {
+    units[s.unit] = units[s.unit] || s.a > 0;
+    has_memory = has_memory || s.b > 0;
+  }
+  ClassParams before;
+  for (size_t u = 0; u < kNumComputeDTypes; ++u) before.e[u] = old.compute_for(static_cast<ComputeDType>(u));
+  before.m = old.memory;
+  const ClassParams chosen = fit_class(samples, before);
+  // The ops each roof binds at the fit: the data determine exactly the parameters with ops.
+  std::array<int, kNumComputeDTypes> compute_bound{};
+  int memory_bound = 0;
+  for (const Sample& s : samples) (chosen.compute_bound(s, before) ? compute_bound[s.unit] : memory_bound)++;
+  for (size_t u = 0; u < kNumComputeDTypes; ++u)
+    if (units[u])
+      report.parameters.push_back({cls, false, static_cast<ComputeDType>(u), before.e[u], chosen.e[u],
+                                   compute_bound[u] > 0, compute_bound[u]});
+  if (has_memory)
+    report.parameters.push_back({cls, true, ComputeDType::kFp32, before.m, chosen.m, memory_bound > 0, memory_bound});
+  // Per-unit compute efficiencies when the device has more than fp32 (the other units keep theirs).
+  const bool several_units = std::count_if(start.peak_flops.begin(), start.peak_flops.end(),
+                                           [](const std::optional<double>& p) { return p.has_value(); }) > 1;
+  for (size_t u = 0; u < kNumComputeDTypes; ++u) {
+    const auto unit = static_cast<ComputeDType>(u);
+    const double value = units[u] ? chosen.e[u] : old.compute_for(unit);
+    if (unit == ComputeDType::kFp32) eff.compute = value;
+    else if (several_units && start.peak_flops[u]) eff.compute_by_unit[u] = value;
+  }
+  if (has_memory) eff.memory = chosen.m;
+  return {before, chosen};
+}
+
+// Errors of one class's ops under the parameters before and after the fit.
+ClassCalibration class_errors(OpClass cls, const std::vector<Sample>& all, const ClassParams& before,
+                              const ClassParams& after, double& sum_before, double& sum_after) {
+  ClassCalibration cc;
+  cc.op_class = cls;
+  std::vector<double> err_before, err_after;
+  sum_before = sum_after = 0;
+  for (const Sample& s : all) {
+    const double tb = s.overhead + before.model_us(s), ta = s.overhead + after.model_us(s);
+    sum_before += tb;
+    sum_after += ta;
+    cc.measured_us += s.measured;
+    if (s.measured > 0) {
+      err_before.push_back(std::fabs(tb / s.measured - 1));
+      err_after.push_back(std::fabs(ta / s.measured - 1));
+    }
+  }
+  cc.ops = static_cast<int>(all.size());
+  cc.total_error_before = cc.measured_us > 0 ? sum_before / cc.measured_us - 1 : 0;
+  cc.total_error_after = cc.measured_us > 0 ? sum_after / cc.measured_us - 1 : 0;
+  cc.median_abs_error_before = median(err_before);
+  cc.median_abs_error_after = median(err_after);
+  return cc;
+}
+
+}  // namespace
+
+Result<CalibrationReport> calibrate_profile(const Graph& g, const HardwareProfile& start) {
+  if (Status v = validate_profile(start); !v.ok()) return v.with_context(fmt::format("hardware profile '{}'", start.name));
+  CalibrationReport report;
+  std::array<std::vector<Sample>, kNumOpClasses> samples, all;
+  collect_samples(g, start, report, samples, all);
   if (report.timed_ops == report.skipped_ops)
     return Status::InvalidArgument(fmt::format(
         "no op of '{}' has a measured time above the launch overhead of {} us (time_us of {} ops): nothing to fit",
@@ -177,61 +252,11 @@ Result<CalibrationReport> calibrate_profile(const Graph& g, const HardwareProfil
   double measured_total = 0, before_total = 0, after_total = 0;
   for (size_t c = 0; c < kNumOpClasses; ++c) {
     if (all[c].empty()) continue;
-    OpEfficiency& eff = report.profile.efficiency[c];
-    const OpEfficiency old = eff;
-    std::array<bool, kNumComputeDTypes> units{};
-    bool has_memory = false;
-    for (const Sample& s : samples[c]) {
-      units[s.unit] = units[s.unit] || s.a > 0;
-      has_memory = has_memory || s.b > 0;
-    }
-    ClassParams before;
-    for (size_t u = 0; u < kNumComputeDTypes; ++u) before.e[u] = old.compute_for(static_cast<ComputeDType>(u));
-    before.m = old.memory;
-    const ClassParams chosen = fit_class(samples[c], before);
-    // The ops each roof binds at the fit: the data determine exactly the parameters with ops.
-    std::array<int, kNumComputeDTypes> compute_bound{};
-    int memory_bound = 0;
-    for (const Sample& s : samples[c]) (chosen.compute_bound(s, before) ? compute_bound[s.unit] : memory_bound)++;
-    for (size_t u = 0; u < kNumComputeDTypes; ++u)
-      if (units[u])
-        report.parameters.push_back({static_cast<OpClass>(c), false, static_cast<ComputeDType>(u), before.e[u],
-                                     chosen.e[u], compute_bound[u] > 0, compute_bound[u]});
-    if (has_memory)
-      report.parameters.push_back(
-          {static_cast<OpClass>(c), true, ComputeDType::kFp32, before.m, chosen.m, memory_bound > 0, memory_bound});
-    // The fitted class: per-unit compute efficiencies when the device has more than fp32.
-    const bool several_units = std::count_if(start.peak_flops.begin(), start.peak_flops.end(),
-                                             [](const std::optional<double>& p) { return p.has_value(); }) > 1;
-    for (size_t u = 0; u < kNumComputeDTypes; ++u) {
-      const auto unit = static_cast<ComputeDType>(u);
-      const double value = units[u] ? chosen.e[u] : old.compute_for(unit);
-      if (unit == ComputeDType::kFp32) eff.compute = value;
-      else if (several_units && start.peak_flops[u]) eff.compute_by_unit[u] = value;
-    }
-    if (has_memory) eff.memory = chosen.m;
-
-    ClassCalibration cc;
-    cc.op_class = static_cast<OpClass>(c);
-    std::vector<double> err_before, err_after;
+    const auto cls = static_cast<OpClass>(c);
+    const auto [before, after] = fit_and_record(cls, samples[c], start, report.profile.efficiency[c], report);
     double sum_before = 0, sum_after = 0;
-    for (const Sample& s : all[c]) {
-      const double tb = s.overhead + before.model_us(s), ta = s.overhead + chosen.model_us(s);
-      sum_before += tb;
-      sum_after += ta;
-      cc.measured_us += s.measured;
-      if (s.measured > 0) {
-        err_before.push_back(std::fabs(tb / s.measured - 1));
-        err_after.push_back(std::fabs(ta / s.measured - 1));
-      }
-    }
-    cc.ops = static_cast<int>(all[c].size());
-    cc.total_error_before = cc.measured_us > 0 ? sum_before / cc.measured_us - 1 : 0;
-    cc.total_error_after = cc.measured_us > 0 ? sum_after / cc.measured_us - 1 : 0;
-    cc.median_abs_error_before = median(err_before);
-    cc.median_abs_error_after = median(err_after);
-    report.classes.push_back(cc);
-    measured_total += cc.measured_us;
+    report.classes.push_back(class_errors(cls, all[c], before, after, sum_before, sum_after));
+    measured_total += report.classes.back().measured_us;
     before_total += sum_before;
     after_total += sum_after;
   }

@@ -41,7 +41,8 @@ class SyntheticData final : public DataSource {
         case InputKind::kLabels:
           if (const int64_t positions = span_positions(g, ins[i]); positions > 0)
             labels(t, iteration, positions, reinterpret_cast<int32_t*>(host[i].data()));
-          else if (seq > 0) tokens(t, iteration, classes, reinterpret_cast<int32_t*>(host[i].data()), g.info.seq > 0 && causal(g));
+          else if (seq > 0)
+            tokens(t, iteration, classes, reinterpret_cast<int32_t*>(host[i].data()), g.info.seq > 0 && causal(g));
           else labels(t, iteration, classes, reinterpret_cast<int32_t*>(host[i].data()));
           break;
         case InputKind::kUnknown:

@@ -22,7 +22,8 @@
 //   dropout {x} -> {y, mask};  dropout_bwd {dy, mask} -> {dx}
 //   split_heads {x} -> {q[, k, v]};  its backward is merge_heads {dq[, dk, dv]} -> {dx}
 //   merge_heads {x} -> {y};  its backward is split_heads (parts = 1)
-//   cross_entropy {logits, labels} -> {loss, log_probs};  cross_entropy_bwd {log_probs, labels[, loss_scale]} -> {dlogits}
+//   cross_entropy {logits, labels} -> {loss, log_probs}
+//   cross_entropy_bwd {log_probs, labels[, loss_scale]} -> {dlogits}
 //   grad_accumulate {g1, g2} -> {g}   (emitted eagerly when a second partial gradient arrives)
 //   sgd_update {w, dw[, momentum][, w16][, loss_scale]} -> {w[, momentum][, w16]}
 //   adam_update {w, dw, m, v[, w16][, loss_scale]} -> {w, m, v[, w16]}
@@ -778,7 +779,9 @@ class Autodiff {
     g_.tensors.push_back(std::move(t));
     return g_.tensors.back().id;
   }
-  TensorId state_tensor(TensorId w, const char* suffix) { return new_state(g_.tensor(w).name + suffix, g_.tensor(w).shape); }
+  TensorId state_tensor(TensorId w, const char* suffix) {
+    return new_state(g_.tensor(w).name + suffix, g_.tensor(w).shape);
+  }
 
   // {w, dw, state...[, copy][, loss_scale]} -> {w, state...[, copy]}: under AMP the update also
   // unscales dw and rewrites the 16-bit copy from the new master.

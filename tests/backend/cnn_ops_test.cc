@@ -502,7 +502,8 @@ TEST(CrossEntropyTest, ClassAxisOtherThanTheLast) {
     Vec out(v.size());
     for (int64_t b = 0; b < batch; ++b)
       for (int64_t k = 0; k < spans; ++k)
-        for (int64_t t = 0; t < positions; ++t) out[static_cast<size_t>((b * spans + k) * positions + t)] = v[index(b, t, k)];
+        for (int64_t t = 0; t < positions; ++t)
+          out[static_cast<size_t>((b * spans + k) * positions + t)] = v[index(b, t, k)];
     return out;
   };
   const Vec xd = testing::to_double(xv);

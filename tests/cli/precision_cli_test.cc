@@ -103,7 +103,8 @@ TEST(PrecisionCli, TracesKeepTheirPrecision) {
 
 TEST(PrecisionCli, ProfileCalibrateFitsAMeasuredTrace) {
   const std::string trace = temp("measured.json"), fitted = temp("fitted.json");
-  const CommandRun measured = ferry("profile --model resnet-mini --batch 4 --iters 2 --warmup 1 --storage-bytes 4MiB --out " + trace);
+  const CommandRun measured =
+      ferry("profile --model resnet-mini --batch 4 --iters 2 --warmup 1 --storage-bytes 4MiB --out " + trace);
   ASSERT_EQ(measured.code, 0) << measured.out;
   const CommandRun r = ferry("profile --calibrate " + trace + " --device cpu-local --hardware-out " + fitted);
   ASSERT_EQ(r.code, 0) << r.out;

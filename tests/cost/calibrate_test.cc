@@ -78,7 +78,8 @@ void expect_recovers(const std::string& model, Precision precision, std::vector<
   EXPECT_EQ(r->timed_ops, static_cast<int>(g.ops.size()));
   int determined = 0;
   for (const FittedEfficiency& f : r->parameters) {
-    const std::string name = std::string(to_string(f.op_class)) + "." + (f.memory ? "memory" : std::string(to_string(f.unit)));
+    const std::string name =
+        std::string(to_string(f.op_class)) + "." + (f.memory ? "memory" : std::string(to_string(f.unit)));
     std::erase(must_determine, name);
     if (!f.determined) continue;
     ++determined;
@@ -100,7 +101,8 @@ void expect_recovers(const std::string& model, Precision precision, std::vector<
 TEST(CalibrateTest, RecoversKnownEfficienciesFromASyntheticTrace) {
   // The names of parameters the times must determine: the roofs the ops of each model hit on
   // round_profile (1 TFLOP/s against 100 GB/s).
-  expect_recovers("resnet-mini", Precision::kFp32, {"conv.fp32", "norm.memory", "elementwise.memory", "optimizer.memory"});
+  expect_recovers("resnet-mini", Precision::kFp32,
+                  {"conv.fp32", "norm.memory", "elementwise.memory", "optimizer.memory"});
   expect_recovers("gpt2-mini", Precision::kTf32, {"matmul.tf32", "norm.memory", "softmax.memory"});
   expect_recovers("bert-mini-squad", Precision::kAmpFp16, {"matmul.fp16", "elementwise.memory", "embedding.memory"});
 }
