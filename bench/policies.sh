@@ -45,6 +45,9 @@ Usage: bench/policies.sh [options]
   --ferry PATH           ferry binary (default: build/ferry, built with scripts/build.sh when missing)
   --layout wide|narrow   wide: one simulated table per model with every profile side by side per
                          fraction; narrow: one table per profile (default: wide)
+  --precision P          fp32 (default), tf32, amp-fp16 or amp-bf16 for the simulated runs (ferry plan
+                         --precision). Other than fp32 it skips the measured part and the `local`
+                         profile (ferry train and profile run fp32 only) and says so
   --quick                smoke test: resnet-mini batch 16 and gpt2-mini batch 4 seq 64, iters 2
 EOF
 }
@@ -66,6 +69,7 @@ threads=""
 out=""
 ferry=""
 quick=0
+precision=fp32
 declare -A given=()
 
 need() { [[ $# -ge 2 && -n $2 ]] || { echo "policies.sh: $1 needs a value" >&2; exit 2; }; }
@@ -89,6 +93,7 @@ while (($#)); do
     --out) need "$@"; out=$2; shift 2 ;;
     --ferry) need "$@"; ferry=$2; shift 2 ;;
     --quick) quick=1; shift ;;
+    --precision) need "$@"; precision=$2; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "policies.sh: unknown option '$1'" >&2; usage >&2; exit 2 ;;
   esac
@@ -105,6 +110,19 @@ fi
 [[ $iters =~ ^[1-9][0-9]*$ ]] || { echo "policies.sh: --iters must be a positive integer" >&2; exit 2; }
 [[ $profile_iters =~ ^[1-9][0-9]*$ ]] || { echo "policies.sh: --profile-iters must be a positive integer" >&2; exit 2; }
 [[ $layout == wide || $layout == narrow ]] || { echo "policies.sh: --layout is wide or narrow" >&2; exit 2; }
+case $precision in
+  fp32) ;;
+  tf32|amp-fp16|amp-bf16)
+    # The CPU backend trains fp32 only: nothing to measure, and no measured `local` profile.
+    if ((measure)); then echo "policies.sh: --precision $precision: skipping the measured part (ferry train runs fp32 only)" >&2; fi
+    measure=0
+    if [[ ,$profiles, == *,local,* ]]; then
+      echo "policies.sh: --precision $precision: leaving out the profile 'local' (ferry profile runs fp32 only)" >&2
+      profiles=$(tr ',' '\n' <<<"$profiles" | grep -vx local | paste -sd, -)
+    fi
+    [[ -n $profiles ]] || { echo "policies.sh: --precision $precision needs a GPU profile in --profiles" >&2; exit 2; } ;;
+  *) echo "policies.sh: --precision is fp32, tf32, amp-fp16 or amp-bf16" >&2; exit 2 ;;
+esac
 
 # Fractions, normalised (75 -> 0.75); the formatter rejects bad ones.
 frac_list=$("${fmt[@]}" fractions "$fractions") || exit 2
@@ -139,6 +157,7 @@ commit=$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)
   printf 'profiles\t%s\n' "$profiles"
   printf 'tiers\t%s\n' "$tiers"
   printf 'measure\t%s\n' "$measure"
+  printf 'precision\t%s\n' "$precision"
   printf 'iters\t%s\n' "$iters"
   printf 'threads\t%s\n' "${threads:-all cores}"
   printf 'profile_iters\t%s\n' "$profile_iters"
@@ -207,14 +226,14 @@ for idx in "${!model_arr[@]}"; do
   [[ ${margs[0]} == -* ]] && label=model || margs=(--model "${margs[@]}")  # "resnet152 --batch 16" or "--trace F ..."
   # ---- simulated
   for prof in "${prof_arr[@]}"; do
-    plan=(plan "${margs[@]}" --device "$prof" --tier host --json)
+    plan=(plan "${margs[@]}" --device "$prof" --tier host --json --precision "$precision")
     if [[ $prof == local ]]; then
       p="$out/runs/m$idx-$label/local-profile"
       pargs=(profile "${margs[@]}" --out "$p.trace.json" --hardware-out "$p.hardware.json"
              --iters "$profile_iters" --warmup 1 --storage-dir "${ssd_dir:-$out}")
       [[ -n $threads ]] && pargs+=(--threads "$threads")
       run_one "$idx" "$spec" profile local none "" "" "local-profile" -- "${pargs[@]}"
-      plan=(plan --trace "$p.trace.json" --device "$p.hardware.json" --tier host --json)
+      plan=(plan --trace "$p.trace.json" --device "$p.hardware.json" --tier host --json --precision "$precision")
     fi
     [[ -n $cm_limit ]] && plan+=(--checkmate-time-limit "$cm_limit")
     run_one "$idx" "$spec" sim-ref "$prof" none "" "" "sim-$prof-none" -- "${plan[@]}" --policy none

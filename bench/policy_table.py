@@ -29,8 +29,12 @@ PROFILE_SHORT = {
     "local": "local",
     "cpu-local": "cpu",
     "v100-16gb-pcie3": "v100",
+    "v100-16gb-sxm2": "v100s",
+    "v100-32gb-sxm2": "v100s32",
     "a100-40gb-pcie4": "a100",
+    "a100-80gb-sxm4": "a100s",
     "h100-80gb-pcie5": "h100",
+    "h100-80gb-sxm5": "h100s",
     "rtx4090-pcie4": "4090",
 }
 
@@ -328,13 +332,15 @@ def render(outdir, layout="wide"):
         f"Ferry `{meta.get('ferry', '?')}` ({meta.get('ferry_commit', '?')}); started "
         f"{meta.get('started', '?')}, finished {meta.get('finished', '?')}; load average "
         f"{meta.get('load_start', '?')} at the start, {meta.get('load_end', '?')} at the end; "
-        f"{meta.get('nproc', '?')} cores. Simulated: `ferry plan --json`, host tier"
+        f"{meta.get('nproc', '?')} cores. Simulated: `ferry plan --json --precision "
+        f"{meta.get('precision', 'fp32')}`, host tier"
         + (f", checkmate CBC limit {meta['checkmate_time_limit']} s per solve"
            if meta.get("checkmate_time_limit") else ", checkmate CBC limit Ferry's default")
         + ". "
         + (f"Measured: `ferry train --iters {meta.get('iters')} --json`, threads: "
            f"{meta.get('threads', '?')} (median of the iterations after the first, as Ferry "
-           "reports it)." if measure else "Not measured (--no-measure).")
+           "reports it)." if measure else "Not measured (--no-measure)." if meta.get("precision", "fp32") == "fp32"
+           else f"Not measured (--precision {meta.get('precision')}: ferry train runs fp32 only).")
     )
     md.append("")
     if layout not in ("wide", "narrow"):

@@ -57,6 +57,7 @@ nlohmann::json to_json(const Graph& g, const Analysis& a) {
   if (g.info.image) j["image"] = g.info.image;
   if (g.info.seq) j["seq"] = g.info.seq;
   j["optimizer"] = std::string(to_string(g.info.optimizer));
+  j["precision"] = std::string(to_string(g.info.precision));
   j["params"] = g.param_count();
   j["forward_macs"] = g.forward_macs();
   j["total_flops"] = g.total_flops();

@@ -21,11 +21,47 @@ void add_graph_options(CLI::App* app, GraphOptions& o, const std::string& defaul
   app->add_option("--optimizer", o.optimizer, "Optimizer, whose state is part of the iteration: sgd (momentum 0.9), "
                                               "adam, or adamw (Adam with decoupled weight decay 0.01)")
       ->capture_default_str();
+  app->add_option("--precision", o.precision,
+                  "How the iteration computes: fp32 (default), tf32 (fp32 tensors, convolutions and matmuls on TF32 "
+                  "tensor cores), amp-fp16 or amp-bf16 (mixed precision: 16-bit activations and gradients, fp32 master "
+                  "weights with 16-bit copies, fp32 optimizer state). Sizes and the cost model follow it; a device "
+                  "profile without the rate it needs is an error. `train` and `profile` run fp32 only (CPU backend)");
 }
 
+namespace {
+
+// --precision for a graph loaded from a trace: the trace's precision, or tf32 <-> fp32.
+Status apply_trace_precision(const std::string& given, Graph& g) {
+  if (given.empty()) return Status::Ok();
+  const std::optional<Precision> p = precision_from_string(given);
+  if (!p) return Status::InvalidArgument(fmt::format("unknown precision '{}' (use fp32, tf32, amp-fp16 or amp-bf16)", given));
+  if (*p == g.info.precision) return Status::Ok();
+  const auto fp32_like = [](Precision x) { return x == Precision::kFp32 || x == Precision::kTf32; };
+  if (!fp32_like(*p) || !fp32_like(g.info.precision))
+    return Status::InvalidArgument(fmt::format(
+        "the trace was recorded in {} and its tensors' dtypes say so; --precision {} cannot change them (only fp32 and "
+        "tf32, which share their tensors, can replace each other)",
+        to_string(g.info.precision), given));
+  g.info.precision = *p;
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<Graph> load_graph(const GraphOptions& o) {
-  if (!o.trace.empty()) return load_trace(o.trace);
+  if (!o.trace.empty()) {
+    FERRY_ASSIGN_OR_RETURN(Graph g, load_trace(o.trace));
+    FERRY_RETURN_IF_ERROR(apply_trace_precision(o.precision, g));
+    return g;
+  }
   ModelConfig c;
+  if (!o.precision.empty()) {
+    const std::optional<Precision> p = precision_from_string(o.precision);
+    if (!p)
+      return Status::InvalidArgument(
+          fmt::format("unknown precision '{}' (use fp32, tf32, amp-fp16 or amp-bf16)", o.precision));
+    c.precision = *p;
+  }
   c.batch = o.batch;
   c.image = o.image;
   c.seq = o.seq;
@@ -51,6 +87,7 @@ std::string describe(const Graph& g) {
   if (g.info.image > 0) parts.push_back(fmt::format("image {}", g.info.image));
   if (g.info.seq > 0) parts.push_back(fmt::format("seq {}", g.info.seq));
   parts.emplace_back(to_string(g.info.optimizer));
+  if (g.info.precision != Precision::kFp32) parts.emplace_back(to_string(g.info.precision));
   return fmt::format("{} ({})", s, fmt::join(parts, ", "));
 }
 

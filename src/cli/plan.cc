@@ -168,6 +168,7 @@ int run_plan(const PlanOptions& o) {
   if (!g.ok()) return report(g.status());
   Result<HardwareProfile> hw = load_profile(o.device);
   if (!hw.ok()) return report(hw.status());
+  if (Status s = check_precision(*hw, g->info.precision); !s.ok()) return report(s);
   uint64_t budget = hw->memory_capacity_bytes;
   if (!o.budget.empty()) {
     Result<uint64_t> b = parse_bytes(o.budget);
@@ -233,7 +234,9 @@ int run_plan(const PlanOptions& o) {
   if (!o.plot.empty())
     if (Status s = write_memory_svg(*r, budget, o.plot); !s.ok()) return report(s);
   if (o.json) {
-    std::printf("%s\n", to_json(*r, budget).dump(2).c_str());
+    nlohmann::json j = to_json(*r, budget);
+    j["precision"] = std::string(to_string(g->info.precision));
+    std::printf("%s\n", j.dump(2).c_str());
   } else {
     std::printf("%s on %s, policy %s, budget %s\n", describe(*g).c_str(), hw->name.c_str(), o.policy.c_str(),
                 format_bytes(budget).c_str());

@@ -1,5 +1,7 @@
 // `ferry profile`: measure every op's time and the transfer paths of this machine; write a trace
-// with time_us filled and a hardware profile.
+// with time_us filled and a hardware profile. `ferry profile --calibrate TRACE --device PROFILE`
+// instead fits PROFILE's efficiencies to the measured op times of TRACE (src/cost/calibrate.h),
+// for example a trace recorded on a real GPU, and writes the fitted profile.
 #include <omp.h>
 
 #include <cstdio>
@@ -12,6 +14,7 @@
 #include "cli/options.h"
 #include "cli/planning.h"
 #include "common/units.h"
+#include "cost/calibrate.h"
 #include "graph/trace.h"
 #include "runtime/profiler.h"
 
@@ -30,9 +33,53 @@ struct ProfileOptions {
   std::string storage_dir;
   std::string storage_bytes = "256MiB";
   std::string conv_algo = "auto";
+  std::string calibrate;  // a trace with measured op times
+  std::string device;     // the profile to calibrate
 };
 
+std::string efficiency_name(const FittedEfficiency& f) {
+  return fmt::format("{}.{}", to_string(f.op_class), f.memory ? std::string("memory") : std::string(to_string(f.unit)));
+}
+
+// --calibrate TRACE --device PROFILE: fit, print the errors per op class, write the profile.
+int run_calibrate(const ProfileOptions& o) {
+  if (o.device.empty()) return report(Status::InvalidArgument("--calibrate needs --device PROFILE (the profile to fit)"));
+  GraphOptions graph = o.graph;
+  graph.trace = o.calibrate;
+  Result<Graph> g = load_graph(graph);
+  if (!g.ok()) return report(g.status());
+  Result<HardwareProfile> hw = load_profile(o.device);
+  if (!hw.ok()) return report(hw.status());
+  if (Status s = check_precision(*hw, g->info.precision); !s.ok()) return report(s);
+  Result<CalibrationReport> r = calibrate_profile(*g, *hw);
+  if (!r.ok()) return report(r.status());
+  const std::string out = o.hardware_out.empty() ? o.calibrate + ".calibrated.json" : o.hardware_out;
+  r->profile.name = hw->name + "-calibrated";
+  r->profile.sources["compute.efficiency"] += fmt::format(" (trace '{}')", o.calibrate);
+  if (Status s = save_profile(r->profile, out); !s.ok()) return report(s);
+
+  std::printf("%s: %d ops with measured times (%d not above the %.1f us launch overhead, not fitted) on %s\n",
+              describe(*g).c_str(), r->timed_ops, r->skipped_ops, hw->launch_overhead_us, hw->name.c_str());
+  std::printf("  %-14s %5s %12s  %23s  %23s\n", "op class", "ops", "measured", "summed time error", "median |op error|");
+  std::printf("  %-14s %5s %12s  %11s %11s  %11s %11s\n", "", "", "", "before", "after", "before", "after");
+  for (const ClassCalibration& c : r->classes)
+    std::printf("  %-14s %5d %9.3f ms  %+10.1f%% %+10.1f%%  %10.1f%% %10.1f%%\n", std::string(to_string(c.op_class)).c_str(),
+                c.ops, c.measured_us / 1e3, 100 * c.total_error_before, 100 * c.total_error_after,
+                100 * c.median_abs_error_before, 100 * c.median_abs_error_after);
+  std::printf("  %-14s %5d %9s     %+10.1f%% %+10.1f%%\n", "all", r->timed_ops, "", 100 * r->iteration_error_before,
+              100 * r->iteration_error_after);
+  std::printf("efficiencies (profile -> fitted; ops bound by that roof at the fit):\n");
+  for (const FittedEfficiency& f : r->parameters)
+    std::printf("  %-22s %6.3f -> %6.3f  %s\n", efficiency_name(f).c_str(), f.before, f.after,
+                f.determined ? fmt::format("{} ops", f.bound_ops).c_str()
+                             : "not determined: no op is bound by this roof (kept, raised to the ops' bound)");
+  std::printf("wrote the calibrated profile to %s\n", out.c_str());
+  return 0;
+}
+
 int run_profile(const ProfileOptions& o) {
+  if (!o.calibrate.empty()) return run_calibrate(o);
+  if (!o.device.empty()) return report(Status::InvalidArgument("--device is for --calibrate (the profile to fit)"));
   if (o.out.empty()) return report(Status::InvalidArgument("--out FILE is required (the trace to write)"));
   Result<uint64_t> storage_bytes = parse_bytes(o.storage_bytes);
   if (!storage_bytes.ok()) return report(storage_bytes.status());
@@ -87,8 +134,15 @@ void register_profile(CLI::App& app, std::function<int()>& action) {
       "profile", "Measure every op's time (median after warm-up) and this machine's transfer paths (arena <-> host "
                  "memcpy, direct-I/O disk); write a trace with time_us and a hardware profile");
   add_graph_options(cmd, o->graph, "resnet50", 8);
-  cmd->add_option("--out", o->out, "The trace file to write (format v1, with measured time_us)")->required();
-  cmd->add_option("--hardware-out", o->hardware_out, "The hardware profile to write (default: OUT.hardware.json)");
+  cmd->add_option("--out", o->out, "The trace file to write (format v1, with measured time_us); required unless "
+                                   "--calibrate");
+  cmd->add_option("--hardware-out", o->hardware_out,
+                  "The hardware profile to write (default: OUT.hardware.json; with --calibrate, TRACE.calibrated.json)");
+  cmd->add_option("--calibrate", o->calibrate,
+                  "Measure nothing: fit the efficiencies of --device's profile to the measured op times (time_us) of "
+                  "this trace, for example one recorded on a real GPU; prints the error per op class before and after "
+                  "and writes the fitted profile (docs/cost-model.md)");
+  cmd->add_option("--device", o->device, "With --calibrate: the hardware profile to fit (a name from profiles/ or a file)");
   cmd->add_option("--iters", o->iters, "Measured iterations")->capture_default_str();
   cmd->add_option("--warmup", o->warmup, "Warm-up iterations, not measured")->capture_default_str();
   cmd->add_option("--threads", o->threads, "Compute threads (default: all cores)");

@@ -20,6 +20,13 @@ DType compute_dtype(const Graph& g, const Op& op) {
 
 LinkCost make_link(double bytes_per_s, double latency_us) { return LinkCost{latency_us, bytes_per_s / 1e6}; }
 
+// The convolutions (forward and both backward kernels) that Winograd-style algorithms apply to:
+// dense 3x3 kernels with stride 1.
+bool is_conv3x3_stride1(const Op& op) {
+  return op_class_of(op.type) == OpClass::kConv && op.attrs.kernel_h == 3 && op.attrs.kernel_w == 3 &&
+         op.attrs.stride_h == 1 && op.attrs.stride_w == 1 && op.attrs.groups == 1;
+}
+
 }  // namespace
 
 OpClass op_class_of(OpType t) {
@@ -74,12 +81,12 @@ CostModel::CostModel(HardwareProfile profile, CostOptions options)
   links_[static_cast<size_t>(Link::kSsdWrite)] = make_link(s.write_bytes_per_s, s.write_latency_us);
 }
 
-ComputeDType CostModel::compute_unit(OpClass c, DType dtype) const {
+ComputeDType CostModel::compute_unit(OpClass c, DType dtype, bool tf32) const {
   ComputeDType unit = ComputeDType::kFp32;
   if (c == OpClass::kConv || c == OpClass::kMatMul) {
     if (dtype == DType::kF16) unit = ComputeDType::kFp16;
     else if (dtype == DType::kBF16) unit = ComputeDType::kBf16;
-    else if (dtype == DType::kF32 && options_.allow_tf32) unit = ComputeDType::kTf32;
+    else if (dtype == DType::kF32 && tf32) unit = ComputeDType::kTf32;
   }
   return profile_.peak_flops[static_cast<size_t>(unit)] ? unit : ComputeDType::kFp32;
 }
@@ -98,8 +105,9 @@ OpCost CostModel::op_cost(const Graph& g, const Op& op) const {
     return c;
   }
   const OpEfficiency& eff = profile_.efficiency[static_cast<size_t>(c.op_class)];
-  c.unit = compute_unit(c.op_class, compute_dtype(g, op));
-  c.compute_us = static_cast<double>(op.flops) / (peak_flops(c.unit) * eff.compute) * 1e6;
+  c.unit = compute_unit(c.op_class, compute_dtype(g, op), options_.allow_tf32 || g.info.precision == Precision::kTf32);
+  if (is_conv3x3_stride1(op)) c.flop_fraction = profile_.conv3x3_flop_fraction[static_cast<size_t>(c.unit)];
+  c.compute_us = c.flop_fraction * static_cast<double>(op.flops) / (peak_flops(c.unit) * eff.compute_for(c.unit)) * 1e6;
   c.memory_us = static_cast<double>(op.bytes_read + op.bytes_written) /
                 (profile_.memory_bandwidth_bytes_per_s * eff.memory) * 1e6;
   c.overhead_us = profile_.launch_overhead_us;

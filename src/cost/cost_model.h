@@ -4,12 +4,14 @@
 // Ops
 // - A measured time wins: when Op::time_us is set (profiler, imported trace) and
 //   CostOptions::use_measured_times, that is the op's time, with nothing added.
-// - Otherwise a roofline per op class c:
-//       t = launch_overhead_us + max(flops / (peak_flops(c, dtype) * eff[c].compute),
+// - Otherwise a roofline per op class c and compute unit u:
+//       t = launch_overhead_us + max(f * flops / (peak_flops(u) * eff[c].compute(u)),
 //                                    (bytes_read + bytes_written) / (mem_bw * eff[c].memory))
-//   peak_flops picks the tensor-core rate for conv/matmul in fp16/bf16 (and tf32 for fp32 when
-//   CostOptions::allow_tf32), the vector fp32 rate for everything else; a dtype the device lacks
-//   falls back to fp32.
+//   u is the tensor-core rate for conv/matmul in fp16/bf16 (and tf32 for fp32 when the graph's
+//   precision is tf32 or CostOptions::allow_tf32), the vector fp32 rate for everything else; a
+//   dtype the device lacks falls back to fp32 (check_precision() in profile.h turns that into an
+//   error for a whole graph up front). f is the profile's conv3x3_flop_fraction[u] for 3x3
+//   stride-1 convolutions (the fewer multiplies of Winograd), else 1.
 //
 // Transfers
 // - A copy over one link costs latency + bytes / effective bandwidth. The device reaches the
@@ -60,7 +62,8 @@ struct OpCost {
   bool measured = false;      // total_us is Op::time_us; the fields below are then 0
   OpClass op_class = OpClass::kOther;
   ComputeDType unit = ComputeDType::kFp32;  // the peak used
-  double compute_us = 0;      // flops / achievable FLOP/s
+  double flop_fraction = 1;   // of op.flops the chosen algorithm performs (Winograd 3x3 < 1)
+  double compute_us = 0;      // flop_fraction * flops / achievable FLOP/s
   double memory_us = 0;       // bytes / achievable bandwidth
   double overhead_us = 0;     // launch overhead
   bool compute_bound() const { return compute_us >= memory_us; }
@@ -80,8 +83,10 @@ class CostModel {
   // op_time_us of every op, indexed by OpId.
   std::vector<double> op_times_us(const Graph& g) const;
 
-  // The FLOP/s peak (before efficiency) an op of class `c` computing in `dtype` runs at, and the unit.
-  ComputeDType compute_unit(OpClass c, DType dtype) const;
+  // The unit (and so the FLOP/s peak, before efficiency) an op of class `c` computing in `dtype`
+  // runs on; `tf32`: fp32 conv/matmul run on TF32 tensor cores.
+  ComputeDType compute_unit(OpClass c, DType dtype, bool tf32) const;
+  ComputeDType compute_unit(OpClass c, DType dtype) const { return compute_unit(c, dtype, options_.allow_tf32); }
   double peak_flops(ComputeDType unit) const;
 
   LinkCost link(Link l) const { return links_[static_cast<size_t>(l)]; }

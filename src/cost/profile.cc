@@ -52,6 +52,7 @@ class Reader {
   }
 
   bool has(std::string_view key) const { return obj_.is_object() && obj_.contains(std::string(key)); }
+  bool has_object(std::string_view key) const { return has(key) && obj_.at(std::string(key)).is_object(); }
 
   // A nested object; reading from a missing or non-object value records an error.
   Reader object(std::string_view key) {
@@ -171,6 +172,28 @@ class Reader {
   std::set<std::string> used_;
 };
 
+// "compute": {"fp32": .., "tf32": ..}: fp32 and one entry per other unit the profile has a peak
+// for (the peaks are read first), no others.
+void read_per_unit(Reader r, const HardwareProfile& p, OpEfficiency& e) {
+  for (const std::string& key : r.keys()) {
+    const std::optional<ComputeDType> unit = compute_dtype_from_string(key);
+    if (!unit) {
+      r.fail(join_path(r.path(), key), "unknown compute dtype (known: fp32, tf32, fp16, bf16)");
+      return;
+    }
+    if (*unit != ComputeDType::kFp32 && !p.peak_flops[static_cast<size_t>(*unit)]) {
+      r.fail(join_path(r.path(), key), fmt::format("the profile has no {} rate (compute.peak_flops.{})", key, key));
+      return;
+    }
+  }
+  for (size_t u = 0; u < kNumComputeDTypes; ++u) {
+    if (!p.peak_flops[u] && u != static_cast<size_t>(ComputeDType::kFp32)) continue;  // fp32: always required
+    const double v = r.number(kComputeDTypeNames[u]);  // missing: "missing field"
+    if (u == static_cast<size_t>(ComputeDType::kFp32)) e.compute = v;
+    else e.compute_by_unit[u] = v;
+  }
+}
+
 LinkDirection read_direction(Reader r) {
   LinkDirection d;
   d.nominal_bytes_per_s = r.number("nominal_bytes_per_s");
@@ -242,9 +265,27 @@ Status validate_profile(const HardwareProfile& p) {
       FERRY_RETURN_IF_ERROR(positive(*p.peak_flops[i], fmt::format("compute.peak_flops.{}", kComputeDTypeNames[i])));
   FERRY_RETURN_IF_ERROR(non_negative(p.launch_overhead_us, "compute.launch_overhead_us"));
   for (size_t i = 0; i < kNumOpClasses; ++i) {
-    FERRY_RETURN_IF_ERROR(fraction(p.efficiency[i].compute, fmt::format("compute.efficiency.{}.compute", kOpClassNames[i])));
-    FERRY_RETURN_IF_ERROR(fraction(p.efficiency[i].memory, fmt::format("compute.efficiency.{}.memory", kOpClassNames[i])));
+    const OpEfficiency& e = p.efficiency[i];
+    const std::string path = fmt::format("compute.efficiency.{}.compute", kOpClassNames[i]);
+    FERRY_RETURN_IF_ERROR(fraction(e.compute, e.per_unit() ? path + ".fp32" : path));
+    FERRY_RETURN_IF_ERROR(fraction(e.memory, fmt::format("compute.efficiency.{}.memory", kOpClassNames[i])));
+    if (!e.per_unit()) continue;
+    for (size_t u = 0; u < kNumComputeDTypes; ++u) {
+      const std::string unit_path = path + "." + std::string(kComputeDTypeNames[u]);
+      const bool wanted = p.peak_flops[u] && u != static_cast<size_t>(ComputeDType::kFp32);
+      if (e.compute_by_unit[u] && !wanted)
+        return Status::InvalidArgument(fmt::format("{}: set, but the profile has no {} rate{}", unit_path,
+                                                   kComputeDTypeNames[u], u == 0 ? " override (fp32 is `compute`)" : ""));
+      if (!e.compute_by_unit[u] && wanted)
+        return Status::InvalidArgument(fmt::format(
+            "{}: missing (the profile has a {} rate and per-unit efficiencies for this class)", unit_path,
+            kComputeDTypeNames[u]));
+      if (e.compute_by_unit[u]) FERRY_RETURN_IF_ERROR(fraction(*e.compute_by_unit[u], unit_path));
+    }
   }
+  for (size_t u = 0; u < kNumComputeDTypes; ++u)
+    FERRY_RETURN_IF_ERROR(
+        fraction(p.conv3x3_flop_fraction[u], fmt::format("compute.conv3x3_flop_fraction.{}", kComputeDTypeNames[u])));
   if (p.memory_capacity_bytes == 0) return Status::InvalidArgument("memory.capacity_bytes: 0 must be > 0");
   FERRY_RETURN_IF_ERROR(positive(p.memory_bandwidth_bytes_per_s, "memory.bandwidth_bytes_per_s"));
   FERRY_RETURN_IF_ERROR(validate_direction(p.host_link.host_to_device, "host_link.host_to_device"));
@@ -297,11 +338,22 @@ Result<HardwareProfile> parse_profile(std::string_view json_text, std::string_vi
       Reader eff = compute.object("efficiency");
       for (size_t i = 0; i < kNumOpClasses; ++i) {
         Reader cls = eff.object(kOpClassNames[i]);
-        p.efficiency[i].compute = cls.number("compute");
+        if (cls.has_object("compute")) read_per_unit(cls.object("compute"), p, p.efficiency[i]);
+        else p.efficiency[i].compute = cls.number("compute");
         p.efficiency[i].memory = cls.number("memory");
         cls.finish();
       }
       eff.finish();
+    }
+    if (compute.has("conv3x3_flop_fraction")) {
+      Reader fractions = compute.object("conv3x3_flop_fraction");
+      for (const std::string& key : fractions.keys())
+        if (!compute_dtype_from_string(key)) {
+          fractions.fail(join_path(fractions.path(), key), "unknown compute dtype (known: fp32, tf32, fp16, bf16)");
+          break;
+        }
+      for (size_t u = 0; u < kNumComputeDTypes; ++u)
+        if (fractions.has(kComputeDTypeNames[u])) p.conv3x3_flop_fraction[u] = fractions.number(kComputeDTypeNames[u]);
     }
     compute.finish();
 
@@ -347,8 +399,19 @@ std::string to_profile_json(const HardwareProfile& p) {
   for (size_t i = 0; i < kNumComputeDTypes; ++i)
     if (p.peak_flops[i]) peaks[std::string(kComputeDTypeNames[i])] = *p.peak_flops[i];
   Json eff = Json::object();
-  for (size_t i = 0; i < kNumOpClasses; ++i)
-    eff[std::string(kOpClassNames[i])] = Json{{"compute", p.efficiency[i].compute}, {"memory", p.efficiency[i].memory}};
+  for (size_t i = 0; i < kNumOpClasses; ++i) {
+    const OpEfficiency& e = p.efficiency[i];
+    Json compute = e.compute;
+    if (e.per_unit()) {
+      compute = Json::object();
+      for (size_t u = 0; u < kNumComputeDTypes; ++u)
+        if (p.peak_flops[u]) compute[std::string(kComputeDTypeNames[u])] = e.compute_for(static_cast<ComputeDType>(u));
+    }
+    eff[std::string(kOpClassNames[i])] = Json{{"compute", compute}, {"memory", e.memory}};
+  }
+  Json fractions = Json::object();
+  for (size_t u = 0; u < kNumComputeDTypes; ++u)
+    if (p.conv3x3_flop_fraction[u] != 1.0) fractions[std::string(kComputeDTypeNames[u])] = p.conv3x3_flop_fraction[u];
   Json doc = Json::object();
   doc["format"] = kProfileFormatName;
   doc["version"] = kProfileVersion;
@@ -356,6 +419,7 @@ std::string to_profile_json(const HardwareProfile& p) {
   doc["description"] = p.description;
   doc["notes"] = p.notes;
   doc["compute"] = Json{{"peak_flops", peaks}, {"launch_overhead_us", p.launch_overhead_us}, {"efficiency", eff}};
+  if (!fractions.empty()) doc["compute"]["conv3x3_flop_fraction"] = fractions;
   doc["memory"] = Json{{"capacity_bytes", p.memory_capacity_bytes}, {"bandwidth_bytes_per_s", p.memory_bandwidth_bytes_per_s}};
   doc["host_link"] = Json{{"name", p.host_link.name},
                           {"host_to_device", direction_json(p.host_link.host_to_device)},
@@ -371,6 +435,29 @@ std::string to_profile_json(const HardwareProfile& p) {
   for (const auto& [k, v] : p.sources) sources[k] = v;
   doc["sources"] = sources;
   return doc.dump(2) + "\n";
+}
+
+ComputeDType matrix_unit(Precision p) {
+  switch (p) {
+    case Precision::kFp32: return ComputeDType::kFp32;
+    case Precision::kTf32: return ComputeDType::kTf32;
+    case Precision::kAmpFp16: return ComputeDType::kFp16;
+    case Precision::kAmpBf16: return ComputeDType::kBf16;
+  }
+  return ComputeDType::kFp32;
+}
+
+Status check_precision(const HardwareProfile& profile, Precision precision) {
+  const ComputeDType unit = matrix_unit(precision);
+  if (profile.peak_flops[static_cast<size_t>(unit)]) return Status::Ok();
+  std::vector<std::string> supported;
+  for (Precision p : {Precision::kFp32, Precision::kTf32, Precision::kAmpFp16, Precision::kAmpBf16})
+    if (profile.peak_flops[static_cast<size_t>(matrix_unit(p))]) supported.emplace_back(to_string(p));
+  return Status::InvalidArgument(fmt::format(
+      "precision {} needs a {} rate, and hardware profile '{}' has none (compute.peak_flops.{}: the device has no "
+      "{} unit); this profile supports {}",
+      to_string(precision), to_string(unit), profile.name, to_string(unit), to_string(unit),
+      fmt::join(supported, ", ")));
 }
 
 std::string profiles_dir() {

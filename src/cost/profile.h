@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "graph/graph.h"
 
 namespace ferry {
 
@@ -56,10 +57,20 @@ enum class OpClass : uint8_t {
 inline constexpr size_t kNumOpClasses = 10;
 
 // Fraction of a peak an op class reaches: `compute` of the FLOP/s peak, `memory` of the
-// device memory bandwidth. Both in (0, 1].
+// device memory bandwidth. All in (0, 1].
+// Profiles fitted per precision give a compute efficiency per unit: `compute` is then the fp32
+// one and compute_by_unit holds every other unit the device has (validate_profile checks that it
+// is all or nothing); JSON writes the pair as "compute": {"fp32": .., "tf32": .., ...}.
 struct OpEfficiency {
   double compute = 1.0;
   double memory = 1.0;
+  std::array<std::optional<double>, kNumComputeDTypes> compute_by_unit{};  // [fp32] always empty
+  double compute_for(ComputeDType u) const { return compute_by_unit[static_cast<size_t>(u)].value_or(compute); }
+  bool per_unit() const {
+    for (const auto& e : compute_by_unit)
+      if (e) return true;
+    return false;
+  }
   bool operator==(const OpEfficiency&) const = default;
 };
 
@@ -102,6 +113,10 @@ struct HardwareProfile {
   std::array<std::optional<double>, kNumComputeDTypes> peak_flops{};
   double launch_overhead_us = 0;  // added to every modelled (not measured) op
   std::array<OpEfficiency, kNumOpClasses> efficiency{};
+  // The algorithm a vendor library really runs for 3x3 stride-1 convolutions, per unit: the
+  // fraction of a direct convolution's multiply-adds it performs (Winograd F(2x2,3x3): 16/36).
+  // 1 = direct / implicit GEMM. JSON: compute.conv3x3_flop_fraction {unit: fraction}, optional.
+  std::array<double, kNumComputeDTypes> conv3x3_flop_fraction{1.0, 1.0, 1.0, 1.0};
 
   uint64_t memory_capacity_bytes = 0;
   double memory_bandwidth_bytes_per_s = 0;
@@ -121,9 +136,17 @@ std::optional<ComputeDType> compute_dtype_from_string(std::string_view s);
 std::optional<OpClass> op_class_from_string(std::string_view s);
 
 // Checks every number: FLOP/s, bandwidths and capacity finite and > 0 (fp32 peak required),
-// efficiencies in (0, 1], latencies and launch overhead finite and >= 0, queue depth in
-// [1, 1024], a non-empty name. InvalidArgument names the field by its JSON path.
+// efficiencies and flop fractions in (0, 1], per-unit efficiencies for exactly the non-fp32
+// units the device has, latencies and launch overhead finite and >= 0, queue depth in [1, 1024],
+// a non-empty name. InvalidArgument names the field by its JSON path.
 Status validate_profile(const HardwareProfile& p);
+
+// The compute unit conv and matmul ops of a graph in precision `p` run on: fp32, tf32, fp16, bf16.
+ComputeDType matrix_unit(Precision p);
+// OK when `profile` has a peak rate for the matrix unit of `precision`; otherwise InvalidArgument
+// naming the precision, the missing rate and the profile ("profile 'v100-16gb-sxm2' has no tf32
+// rate (compute.peak_flops.tf32): ...").
+Status check_precision(const HardwareProfile& profile, Precision precision);
 
 // Parses profile JSON text; `source_name` starts every error message. The result validates.
 Result<HardwareProfile> parse_profile(std::string_view json_text, std::string_view source_name);

@@ -39,7 +39,10 @@ class SyntheticData final : public DataSource {
         case InputKind::kImages: images(t, iteration, classes, reinterpret_cast<float*>(host[i].data())); break;
         case InputKind::kTokenIds: tokens(t, iteration, classes, reinterpret_cast<int32_t*>(host[i].data()), false); break;
         case InputKind::kLabels:
-          if (seq > 0) tokens(t, iteration, classes, reinterpret_cast<int32_t*>(host[i].data()), g.info.seq > 0 && causal(g));
+          if (const int64_t positions = span_positions(g, ins[i]); positions > 0)
+            labels(t, iteration, positions, reinterpret_cast<int32_t*>(host[i].data()));
+          else if (seq > 0)
+            tokens(t, iteration, classes, reinterpret_cast<int32_t*>(host[i].data()), g.info.seq > 0 && causal(g));
           else labels(t, iteration, classes, reinterpret_cast<int32_t*>(host[i].data()));
           break;
         case InputKind::kUnknown:
@@ -51,6 +54,16 @@ class SyntheticData final : public DataSource {
   }
 
  private:
+  // Span labels (SQuAD: start and end positions) are read by a cross-entropy whose classes are
+  // along a non-last axis; they are random positions in [0, that axis' length), not learnable.
+  // 0 for other labels.
+  static int64_t span_positions(const Graph& g, TensorId labels) {
+    for (const Op& op : g.ops)
+      if (op.type == OpType::kCrossEntropy && op.inputs.size() == 2 && op.inputs[1] == labels &&
+          op.attrs.class_axis >= 0)
+        return g.tensor(op.inputs[0]).shape.at(static_cast<size_t>(op.attrs.class_axis));
+    return 0;
+  }
   static bool causal(const Graph& g) {
     for (const Op& op : g.ops)
       if (op.type == OpType::kSoftmax && op.attrs.causal) return true;

@@ -8,7 +8,8 @@
 // Synthetic images: every class has a fixed smooth template; a sample is its class template plus
 // noise, so a CNN can learn the classes and the loss goes down. Synthetic tokens: a fixed random
 // successor table `next` over the vocabulary; a sequence follows it with probability 0.9, else a
-// random token. Causal LMs predict the next token; encoders (BERT) reconstruct their input.
+// random token. Causal LMs predict the next token; encoders (BERT) reconstruct their input;
+// span labels (SQuAD start and end positions) are random positions, not learnable.
 // Everything is a pure function of (seed, iteration, position): bitwise reproducible.
 #pragma once
 

@@ -22,9 +22,13 @@
 //   dropout {x} -> {y, mask};  dropout_bwd {dy, mask} -> {dx}
 //   split_heads {x} -> {q[, k, v]};  its backward is merge_heads {dq[, dk, dv]} -> {dx}
 //   merge_heads {x} -> {y};  its backward is split_heads (parts = 1)
-//   cross_entropy {logits, labels} -> {loss, log_probs};  cross_entropy_bwd {log_probs, labels} -> {dlogits}
+//   cross_entropy {logits, labels} -> {loss, log_probs}
+//   cross_entropy_bwd {log_probs, labels[, loss_scale]} -> {dlogits}
 //   grad_accumulate {g1, g2} -> {g}   (emitted eagerly when a second partial gradient arrives)
-//   sgd_update {w, dw[, momentum]} -> {w[, momentum]};  adam_update {w, dw, m, v} -> {w, m, v}
+//   sgd_update {w, dw[, momentum][, w16][, loss_scale]} -> {w[, momentum][, w16]}
+//   adam_update {w, dw, m, v[, w16][, loss_scale]} -> {w, m, v[, w16]}
+//   (w16: the 16-bit weight copy of AMP graphs; loss_scale: amp-fp16 only. Ferry's CPU backend
+//   runs fp32 graphs, which have neither.)
 #include "graph/builder.h"
 
 #include <algorithm>
@@ -45,7 +49,7 @@ std::string shape_str(const std::vector<int64_t>& s) {
 
 }  // namespace
 
-GraphBuilder::GraphBuilder(GraphInfo info) { g_.info = std::move(info); }
+GraphBuilder::GraphBuilder(GraphInfo info) : act_dtype_(activation_dtype(info.precision)) { g_.info = std::move(info); }
 
 void GraphBuilder::fail(const std::string& op_name, const std::string& why) {
   if (status_.ok()) status_ = Status::InvalidArgument(fmt::format("{}: {}", op_name, why));
@@ -82,6 +86,7 @@ TensorId GraphBuilder::new_tensor(const std::string& name, std::vector<int64_t> 
   t.role = role;
   t.bytes = bytes;
   g_.tensors.push_back(std::move(t));
+  master_of_.push_back(kNoTensor);
   return g_.tensors.back().id;
 }
 
@@ -104,7 +109,7 @@ OpId GraphBuilder::new_op(const std::string& name, OpType type, std::vector<Tens
 }
 
 TensorId GraphBuilder::input(const std::string& name, std::vector<int64_t> shape, DType dtype) {
-  return new_tensor(name, std::move(shape), dtype, TensorRole::kInput);
+  return new_tensor(name, std::move(shape), dtype == DType::kF32 ? act_dtype_ : dtype, TensorRole::kInput);
 }
 
 TensorId GraphBuilder::labels(const std::string& name, std::vector<int64_t> shape) {
@@ -112,9 +117,14 @@ TensorId GraphBuilder::labels(const std::string& name, std::vector<int64_t> shap
 }
 
 TensorId GraphBuilder::weight(const std::string& name, std::vector<int64_t> shape) {
-  TensorId id = new_tensor(name, std::move(shape), DType::kF32, TensorRole::kWeight);
-  if (id != kNoTensor) weights_in_order_.push_back(id);
-  return id;
+  TensorId id = new_tensor(name, shape, DType::kF32, TensorRole::kWeight);
+  if (id == kNoTensor) return kNoTensor;
+  weights_in_order_.push_back(id);
+  if (act_dtype_ == DType::kF32) return id;
+  TensorId copy = new_tensor(fmt::format("{}.{}", name, to_string(act_dtype_)), std::move(shape), act_dtype_,
+                             TensorRole::kWeightCopy);
+  if (copy != kNoTensor) master_of_[static_cast<size_t>(copy)] = id;
+  return copy;
 }
 
 TensorId GraphBuilder::conv2d(const std::string& name, TensorId x, int64_t out_channels, int kernel, int stride,
@@ -129,7 +139,7 @@ TensorId GraphBuilder::conv2d(const std::string& name, TensorId x, int64_t out_c
   if (!status_.ok()) return kNoTensor;
   int64_t oh = (s[2] + 2 * pad - kernel) / stride + 1, ow = (s[3] + 2 * pad - kernel) / stride + 1;
   if (s[2] + 2 * pad < kernel || s[3] + 2 * pad < kernel) oh = ow = 0;
-  TensorId y = new_tensor(name, {s[0], out_channels, oh, ow}, DType::kF32, TensorRole::kActivation);
+  TensorId y = activation(name, {s[0], out_channels, oh, ow});
   OpAttrs a;
   a.kernel_h = a.kernel_w = kernel;
   a.stride_h = a.stride_w = stride;
@@ -152,7 +162,7 @@ TensorId GraphBuilder::conv2d_rect(const std::string& name, TensorId x, int64_t 
   if (!status_.ok()) return kNoTensor;
   int64_t oh = (s[2] + 2 * pad_h - kernel_h) / stride + 1, ow = (s[3] + 2 * pad_w - kernel_w) / stride + 1;
   if (s[2] + 2 * pad_h < kernel_h || s[3] + 2 * pad_w < kernel_w) oh = ow = 0;
-  TensorId y = new_tensor(name, {s[0], out_channels, oh, ow}, DType::kF32, TensorRole::kActivation);
+  TensorId y = activation(name, {s[0], out_channels, oh, ow});
   OpAttrs a;
   a.kernel_h = kernel_h;
   a.kernel_w = kernel_w;
@@ -173,7 +183,7 @@ TensorId GraphBuilder::batch_norm(const std::string& name, TensorId x, float eps
   int64_t c = s[1];
   TensorId gamma = weight(name + ".weight", {c});
   TensorId beta = weight(name + ".bias", {c});
-  TensorId y = new_tensor(name, s, DType::kF32, TensorRole::kActivation);
+  TensorId y = activation(name, s);
   TensorId mean = new_tensor(name + ".mean", {c}, DType::kF32, TensorRole::kActivation);
   TensorId var = new_tensor(name + ".var", {c}, DType::kF32, TensorRole::kActivation);
   OpAttrs a;
@@ -190,7 +200,7 @@ TensorId GraphBuilder::layer_norm(const std::string& name, TensorId x, float eps
   int64_t rows = tensor(x).numel() / d;
   TensorId gamma = weight(name + ".weight", {d});
   TensorId beta = weight(name + ".bias", {d});
-  TensorId y = new_tensor(name, s, DType::kF32, TensorRole::kActivation);
+  TensorId y = activation(name, s);
   TensorId mean = new_tensor(name + ".mean", {rows}, DType::kF32, TensorRole::kActivation);
   TensorId var = new_tensor(name + ".var", {rows}, DType::kF32, TensorRole::kActivation);
   OpAttrs a;
@@ -229,7 +239,7 @@ TensorId GraphBuilder::linear_with(const std::string& name, TensorId x, TensorId
   }
   if (b != kNoTensor && (!usable(b) || shape(b) != std::vector<int64_t>{ws[0]}))
     return fail(name, "linear bias must be [out]"), kNoTensor;
-  TensorId y = new_tensor(name, out_shape, DType::kF32, TensorRole::kActivation);
+  TensorId y = activation(name, out_shape);
   OpAttrs a;
   a.in_features = in_features;
   a.has_bias = b != kNoTensor;
@@ -250,7 +260,7 @@ TensorId GraphBuilder::embedding(const std::string& name, TensorId ids, int64_t 
   std::vector<TensorId> in = {ids, weight(name + ".word", {vocab, dim})};
   if (max_pos > 0) in.push_back(weight(name + ".position", {max_pos, dim}));
   if (type_vocab > 0) in.push_back(weight(name + ".token_type", {type_vocab, dim}));
-  TensorId y = new_tensor(name, {s[0], s[1], dim}, DType::kF32, TensorRole::kActivation);
+  TensorId y = activation(name, {s[0], s[1], dim});
   new_op(name, OpType::kEmbedding, in, {y}, OpAttrs{});
   return y;
 }
@@ -263,14 +273,14 @@ TensorId GraphBuilder::embedding_weight(TensorId embedding_output) const {
 
 TensorId GraphBuilder::relu(const std::string& name, TensorId x) {
   if (!usable(x)) return kNoTensor;
-  TensorId y = new_tensor(name, shape(x), DType::kF32, TensorRole::kActivation);
+  TensorId y = activation(name, shape(x));
   new_op(name, OpType::kRelu, {x}, {y}, OpAttrs{});
   return y;
 }
 
 TensorId GraphBuilder::gelu(const std::string& name, TensorId x, bool tanh_approx) {
   if (!usable(x)) return kNoTensor;
-  TensorId y = new_tensor(name, shape(x), DType::kF32, TensorRole::kActivation);
+  TensorId y = activation(name, shape(x));
   OpAttrs a;
   a.gelu_tanh = tanh_approx;
   new_op(name, OpType::kGelu, {x}, {y}, a);
@@ -289,7 +299,7 @@ TensorId GraphBuilder::max_pool(const std::string& name, TensorId x, int kernel,
   const auto s = shape(x);
   if (s.size() != 4) return fail(name, "max_pool needs NCHW"), kNoTensor;
   std::vector<int64_t> ys = {s[0], s[1], pool_out(s[2], kernel, stride, pad), pool_out(s[3], kernel, stride, pad)};
-  TensorId y = new_tensor(name, ys, DType::kF32, TensorRole::kActivation);
+  TensorId y = activation(name, ys);
   // oneDNN keeps the argmax as u8 when the window has fewer than 256 elements, else s32.
   DType ws_type = kernel * kernel < 256 ? DType::kU8 : DType::kI32;
   TensorId ws = new_tensor(name + ".indices", ys, ws_type, TensorRole::kWorkspace);
@@ -307,7 +317,7 @@ TensorId GraphBuilder::avg_pool(const std::string& name, TensorId x, int kernel,
   const auto s = shape(x);
   if (s.size() != 4) return fail(name, "avg_pool needs NCHW"), kNoTensor;
   std::vector<int64_t> ys = {s[0], s[1], pool_out(s[2], kernel, stride, pad), pool_out(s[3], kernel, stride, pad)};
-  TensorId y = new_tensor(name, ys, DType::kF32, TensorRole::kActivation);
+  TensorId y = activation(name, ys);
   OpAttrs a;
   a.kernel_h = a.kernel_w = kernel;
   a.stride_h = a.stride_w = stride;
@@ -321,7 +331,7 @@ TensorId GraphBuilder::global_avg_pool(const std::string& name, TensorId x) {
   if (!usable(x)) return kNoTensor;
   const auto s = shape(x);
   if (s.size() != 4) return fail(name, "global_avg_pool needs NCHW"), kNoTensor;
-  TensorId y = new_tensor(name, {s[0], s[1]}, DType::kF32, TensorRole::kActivation);
+  TensorId y = activation(name, {s[0], s[1]});
   OpAttrs a;
   a.kernel_h = static_cast<int32_t>(s[2]);
   a.kernel_w = static_cast<int32_t>(s[3]);
@@ -343,7 +353,7 @@ TensorId GraphBuilder::matmul(const std::string& name, TensorId a, TensorId b, b
   std::vector<int64_t> sc = sa;
   sc[r - 2] = m;
   sc[r - 1] = n;
-  TensorId c = new_tensor(name, sc, DType::kF32, TensorRole::kActivation);
+  TensorId c = activation(name, sc);
   OpAttrs at;
   at.transpose_a = transpose_a;
   at.transpose_b = transpose_b;
@@ -354,7 +364,7 @@ TensorId GraphBuilder::matmul(const std::string& name, TensorId a, TensorId b, b
 
 TensorId GraphBuilder::softmax(const std::string& name, TensorId x, bool causal) {
   if (!usable(x)) return kNoTensor;
-  TensorId y = new_tensor(name, shape(x), DType::kF32, TensorRole::kActivation);
+  TensorId y = activation(name, shape(x));
   OpAttrs a;
   a.causal = causal;
   new_op(name, OpType::kSoftmax, {x}, {y}, a);
@@ -374,7 +384,7 @@ TensorId GraphBuilder::concat(const std::string& name, const std::vector<TensorI
     if (!ok) return fail(name, fmt::format("concat shapes {} and {} differ off axis {}", shape_str(s), shape_str(si), axis)), kNoTensor;
     s[axis] += si[axis];
   }
-  TensorId y = new_tensor(name, s, DType::kF32, TensorRole::kActivation);
+  TensorId y = activation(name, s);
   OpAttrs a;
   a.axis = axis;
   new_op(name, OpType::kConcat, xs, {y}, a);
@@ -385,7 +395,7 @@ TensorId GraphBuilder::add(const std::string& name, TensorId a, TensorId b) {
   if (!usable(a) || !usable(b)) return kNoTensor;
   if (shape(a) != shape(b))
     return fail(name, fmt::format("add shapes differ: {} vs {}", shape_str(shape(a)), shape_str(shape(b)))), kNoTensor;
-  TensorId y = new_tensor(name, shape(a), DType::kF32, TensorRole::kActivation);
+  TensorId y = activation(name, shape(a));
   new_op(name, OpType::kAdd, {a, b}, {y}, OpAttrs{});
   return y;
 }
@@ -393,7 +403,7 @@ TensorId GraphBuilder::add(const std::string& name, TensorId a, TensorId b) {
 TensorId GraphBuilder::dropout(const std::string& name, TensorId x, float p) {
   if (!usable(x)) return kNoTensor;
   if (!(p >= 0.0f && p < 1.0f)) return fail(name, fmt::format("dropout probability {} not in [0, 1)", p)), kNoTensor;
-  TensorId y = new_tensor(name, shape(x), DType::kF32, TensorRole::kActivation);
+  TensorId y = activation(name, shape(x));
   TensorId mask = new_tensor(name + ".mask", shape(x), DType::kU8, TensorRole::kWorkspace);
   OpAttrs a;
   a.dropout_p = p;
@@ -413,7 +423,7 @@ std::vector<TensorId> GraphBuilder::split_heads(const std::string& name, TensorI
   static const char* kPartNames[] = {"q", "k", "v"};
   for (int p = 0; p < parts; ++p) {
     std::string pname = parts == 3 ? name + "." + kPartNames[p] : fmt::format("{}.{}", name, p);
-    outs.push_back(new_tensor(pname, {s[0], heads, s[1], dh}, DType::kF32, TensorRole::kActivation));
+    outs.push_back(activation(pname, {s[0], heads, s[1], dh}));
   }
   OpAttrs a;
   a.heads = heads;
@@ -426,7 +436,7 @@ TensorId GraphBuilder::merge_heads(const std::string& name, TensorId x) {
   if (!usable(x)) return kNoTensor;
   const auto s = shape(x);
   if (s.size() != 4) return fail(name, "merge_heads needs [B,H,T,dh]"), kNoTensor;
-  TensorId y = new_tensor(name, {s[0], s[2], s[1] * s[3]}, DType::kF32, TensorRole::kActivation);
+  TensorId y = activation(name, {s[0], s[2], s[1] * s[3]});
   OpAttrs a;
   a.heads = static_cast<int32_t>(s[1]);
   a.parts = 1;
@@ -434,17 +444,25 @@ TensorId GraphBuilder::merge_heads(const std::string& name, TensorId x) {
   return y;
 }
 
-TensorId GraphBuilder::cross_entropy(const std::string& name, TensorId logits, TensorId labels) {
+TensorId GraphBuilder::cross_entropy(const std::string& name, TensorId logits, TensorId labels, int class_axis) {
   if (!usable(logits) || !usable(labels)) return kNoTensor;
   const auto sl = shape(logits);
   const auto sy = shape(labels);
-  if (sl.size() != sy.size() + 1 || !std::equal(sy.begin(), sy.end(), sl.begin()) ||
-      tensor(labels).dtype != DType::kI32)
-    return fail(name, fmt::format("cross_entropy needs logits [...,C] and int32 labels [...], got {} and {}",
-                                  shape_str(sl), shape_str(sy))), kNoTensor;
+  const int rank = static_cast<int>(sl.size());
+  if (class_axis < -1 || class_axis >= rank)
+    return fail(name, fmt::format("cross_entropy class axis {} is outside [-1, {})", class_axis, rank)), kNoTensor;
+  std::vector<int64_t> expected = sl;
+  if (!expected.empty()) expected.erase(expected.begin() + (class_axis < 0 ? rank - 1 : class_axis));
+  if (sl.empty() || sy != expected || tensor(labels).dtype != DType::kI32)
+    return fail(name, fmt::format("cross_entropy needs int32 labels shaped like the logits without the class axis "
+                                  "{}, got logits {} and labels {}",
+                                  class_axis, shape_str(sl), shape_str(sy))), kNoTensor;
+  // Loss and log-probabilities in fp32 whatever the precision (autocast runs the loss in fp32).
   TensorId loss = new_tensor(name, {}, DType::kF32, TensorRole::kActivation);
   TensorId logp = new_tensor(name + ".log_probs", sl, DType::kF32, TensorRole::kActivation);
-  new_op(name, OpType::kCrossEntropy, {logits, labels}, {loss, logp}, OpAttrs{});
+  OpAttrs a;
+  a.class_axis = class_axis == rank - 1 ? -1 : class_axis;
+  new_op(name, OpType::kCrossEntropy, {logits, labels}, {loss, logp}, a);
   g_.loss = loss;
   return loss;
 }
@@ -519,13 +537,22 @@ namespace {
 
 class Autodiff {
  public:
-  Autodiff(Graph& g, const TrainOptions& opt, const std::vector<TensorId>& weights)
-      : g_(g), opt_(opt), weights_(weights), partial_(g.tensors.size(), kNoTensor), needs_grad_(g.tensors.size(), false) {}
+  // `master_of[t]` is the fp32 master of a 16-bit weight copy t, else kNoTensor (one per tensor).
+  Autodiff(Graph& g, const TrainOptions& opt, const std::vector<TensorId>& weights,
+           const std::vector<TensorId>& master_of)
+      : g_(g), opt_(opt), weights_(weights), master_of_(master_of), partial_(g.tensors.size(), kNoTensor),
+        needs_grad_(g.tensors.size(), false), copy_of_(g.tensors.size(), kNoTensor) {}
 
   Status run() {
     const size_t n_forward = g_.ops.size();
     if (g_.loss == kNoTensor) return Status::InvalidArgument("the network has no loss (call cross_entropy)");
     for (TensorId w : weights_) needs_grad_[w] = true;
+    for (size_t t = 0; t < master_of_.size(); ++t)
+      if (master_of_[t] != kNoTensor) {
+        needs_grad_[t] = true;
+        copy_of_[static_cast<size_t>(master_of_[t])] = static_cast<TensorId>(t);
+      }
+    if (g_.info.precision == Precision::kAmpFp16) loss_scale_ = new_state("amp.loss_scale", {1});
     for (size_t i = 0; i < n_forward; ++i) {
       const Op& op = g_.ops[i];
       bool any = false;
@@ -546,22 +573,32 @@ class Autodiff {
   }
 
  private:
+  // The tensor whose gradient `t` receives: the master of a weight copy, else t itself.
+  TensorId param_of(TensorId t) const {
+    const auto i = static_cast<size_t>(t);
+    return i < master_of_.size() && master_of_[i] != kNoTensor ? master_of_[i] : t;
+  }
+
+  // A gradient of `of`, in `of`'s dtype (16-bit for AMP activations and weight copies); the
+  // gradient of a weight copy is the gradient of its master.
   TensorId grad_tensor(TensorId of, TensorRole role) {
     const Tensor& src = g_.tensor(of);
+    const TensorId param = param_of(of);
     Tensor t;
     t.id = static_cast<TensorId>(g_.tensors.size());
-    t.name = src.name + ".grad" + (count_[of]++ ? fmt::format("#{}", count_[of] - 1) : "");
+    t.name = g_.tensor(param).name + ".grad" + (count_[param]++ ? fmt::format("#{}", count_[param] - 1) : "");
     t.shape = src.shape;
-    t.dtype = DType::kF32;
+    t.dtype = src.dtype;
     t.role = role;
     t.bytes = src.bytes;
-    t.grad_of = of;
+    t.grad_of = param;
     g_.tensors.push_back(std::move(t));
     return g_.tensors.back().id;
   }
   TensorId new_grad(TensorId of) {
-    return grad_tensor(of, g_.tensor(of).role == TensorRole::kWeight ? TensorRole::kWeightGradient
-                                                                      : TensorRole::kGradient);
+    const TensorRole r = g_.tensor(of).role;
+    return grad_tensor(of, r == TensorRole::kWeight || r == TensorRole::kWeightCopy ? TensorRole::kWeightGradient
+                                                                                    : TensorRole::kGradient);
   }
 
   OpId emit(const std::string& name, OpType type, Phase phase, std::vector<TensorId> in, std::vector<TensorId> out,
@@ -583,15 +620,17 @@ class Autodiff {
 
   // Records a gradient contribution to `of`; a second contribution is summed at once (eagerly,
   // as PyTorch's autograd does), so at most one partial gradient per tensor is alive.
+  // Contributions to a weight copy are collected under its master.
   void contribute(TensorId of, TensorId grad, OpId forward_op) {
-    if (partial_[of] == kNoTensor) {
-      partial_[of] = grad;
+    const auto key = static_cast<size_t>(param_of(of));
+    if (partial_[key] == kNoTensor) {
+      partial_[key] = grad;
       return;
     }
     TensorId sum = new_grad(of);
-    emit(g_.tensor(of).name + ".grad_accumulate", OpType::kGradAccumulate, Phase::kBackward, {partial_[of], grad},
-         {sum}, OpAttrs{}, forward_op);
-    partial_[of] = sum;
+    emit(g_.tensor(param_of(of)).name + ".grad_accumulate", OpType::kGradAccumulate, Phase::kBackward,
+         {partial_[key], grad}, {sum}, OpAttrs{}, forward_op);
+    partial_[key] = sum;
   }
 
   bool wants(TensorId t) const { return needs_grad_[t] && g_.tensor(t).role != TensorRole::kInput; }
@@ -683,7 +722,9 @@ class Autodiff {
       case OpType::kCrossEntropy: {
         if (!wants(in[0])) break;
         TensorId dlogits = new_grad(in[0]);
-        emit(n + ".bwd", OpType::kCrossEntropyBwd, Phase::kBackward, {out[1], in[1]}, {dlogits}, a, f.id);
+        std::vector<TensorId> reads = {out[1], in[1]};
+        if (loss_scale_ != kNoTensor) reads.push_back(loss_scale_);  // d(scaled loss)
+        emit(n + ".bwd", OpType::kCrossEntropyBwd, Phase::kBackward, reads, {dlogits}, a, f.id);
         contribute(in[0], dlogits, f.id);
         break;
       }
@@ -725,47 +766,67 @@ class Autodiff {
     }
   }
 
-  TensorId state_tensor(TensorId w, const char* suffix) {
-    const Tensor& src = g_.tensor(w);
+  // Optimizer state: fp32, whatever the precision.
+  TensorId new_state(const std::string& name, std::vector<int64_t> shape) {
     Tensor t;
     t.id = static_cast<TensorId>(g_.tensors.size());
-    t.name = src.name + suffix;
-    t.shape = src.shape;
+    t.name = name;
     t.role = TensorRole::kOptimizerState;
-    t.bytes = src.bytes;
+    t.dtype = DType::kF32;
+    t.bytes = dtype_size(DType::kF32);
+    for (int64_t d : shape) t.bytes *= static_cast<uint64_t>(d);
+    t.shape = std::move(shape);
     g_.tensors.push_back(std::move(t));
     return g_.tensors.back().id;
   }
+  TensorId state_tensor(TensorId w, const char* suffix) {
+    return new_state(g_.tensor(w).name + suffix, g_.tensor(w).shape);
+  }
 
+  // {w, dw, state...[, copy][, loss_scale]} -> {w, state...[, copy]}: under AMP the update also
+  // unscales dw and rewrites the 16-bit copy from the new master.
   void emit_update(TensorId w, TensorId dw) {
     OpAttrs a;
     a.lr = opt_.lr;
     a.weight_decay = opt_.weight_decay;
     const std::string name = g_.tensor(w).name + ".update";
+    std::vector<TensorId> in = {w, dw}, out = {w};
+    OpType type = OpType::kAdamUpdate;
     if (opt_.optimizer == OptimizerKind::kSgd) {
+      type = OpType::kSgdUpdate;
       a.momentum_sgd = opt_.momentum;
       if (opt_.momentum > 0) {
         TensorId m = state_tensor(w, ".momentum");
-        emit(name, OpType::kSgdUpdate, Phase::kUpdate, {w, dw, m}, {w, m}, a, kNoOp);
-      } else {
-        emit(name, OpType::kSgdUpdate, Phase::kUpdate, {w, dw}, {w}, a, kNoOp);
+        in.push_back(m);
+        out.push_back(m);
       }
     } else {
       a.beta1 = opt_.beta1;
       a.beta2 = opt_.beta2;
       a.adam_eps = opt_.adam_eps;
-      TensorId m = state_tensor(w, ".exp_avg");
-      TensorId v = state_tensor(w, ".exp_avg_sq");
-      emit(name, OpType::kAdamUpdate, Phase::kUpdate, {w, dw, m, v}, {w, m, v}, a, kNoOp);
+      for (const char* suffix : {".exp_avg", ".exp_avg_sq"}) {
+        TensorId s = state_tensor(w, suffix);
+        in.push_back(s);
+        out.push_back(s);
+      }
     }
+    if (const TensorId copy = copy_of_[static_cast<size_t>(w)]; copy != kNoTensor) {
+      in.push_back(copy);
+      out.push_back(copy);
+    }
+    if (loss_scale_ != kNoTensor) in.push_back(loss_scale_);
+    emit(name, type, Phase::kUpdate, in, out, a, kNoOp);
   }
 
   Graph& g_;
   const TrainOptions& opt_;
   const std::vector<TensorId>& weights_;
+  const std::vector<TensorId>& master_of_;
   std::vector<TensorId> partial_;
   std::vector<bool> needs_grad_;
+  std::vector<TensorId> copy_of_;  // per master: its 16-bit copy (kNoTensor in fp32 graphs)
   std::map<TensorId, int> count_;
+  TensorId loss_scale_ = kNoTensor;  // amp-fp16 only
 };
 
 }  // namespace
@@ -776,7 +837,7 @@ Result<Graph> GraphBuilder::finish(const TrainOptions& options) && {
     return Status::InvalidArgument(fmt::format("invalid optimizer settings: lr {} momentum {}", options.lr,
                                                options.momentum));
   g_.info.optimizer = options.optimizer;
-  Autodiff ad(g_, options, weights_in_order_);
+  Autodiff ad(g_, options, weights_in_order_, master_of_);
   FERRY_RETURN_IF_ERROR(ad.run());
   for (Op& op : g_.ops) compute_op_costs(g_, op);
   FERRY_RETURN_IF_ERROR(g_.validate());

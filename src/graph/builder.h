@@ -18,6 +18,12 @@
 // indices). Gradients of a tensor with several consumers are summed by grad_accumulate ops;
 // add's backward passes the incoming gradient through without a copy. No gradient is computed
 // for data inputs. The update phase has one optimizer op per weight, in weight creation order.
+//
+// Precision (GraphInfo::precision, Note [Mixed precision] in graph.h): under amp-fp16/amp-bf16
+// activations, float data inputs and gradients are 16-bit, weight() creates an fp32 master plus a
+// 16-bit copy and returns the copy (the tensor layers read), the gradient of a copy is the
+// master's weight gradient, and each update rewrites the copy. Norm statistics, the loss and the
+// log-probabilities stay fp32.
 #pragma once
 
 #include <cstdint>
@@ -40,9 +46,10 @@ class GraphBuilder {
  public:
   explicit GraphBuilder(GraphInfo info);
 
-  // Leaves.
+  // Leaves. A float input is stored in the activation dtype (16-bit under AMP).
   TensorId input(const std::string& name, std::vector<int64_t> shape, DType dtype = DType::kF32);
   TensorId labels(const std::string& name, std::vector<int64_t> shape);  // int32 class ids
+  // A trainable weight; under AMP its 16-bit copy (`name.f16` / `name.bf16`), which ops read.
   TensorId weight(const std::string& name, std::vector<int64_t> shape);
 
   // Layers that create their own weights (named `name.weight`, `name.bias`).
@@ -78,8 +85,11 @@ class GraphBuilder {
   // [B,T,parts*D] -> `parts` tensors [B,heads,T,D/heads].
   std::vector<TensorId> split_heads(const std::string& name, TensorId x, int heads, int parts);
   TensorId merge_heads(const std::string& name, TensorId x);  // [B,H,T,dh] -> [B,T,H*dh]
-  // Mean cross-entropy of logits [..., C] against int32 labels [...]; becomes the graph's loss.
-  TensorId cross_entropy(const std::string& name, TensorId logits, TensorId labels);
+  // Mean cross-entropy of logits against int32 labels; becomes the graph's loss. The classes lie
+  // along `class_axis` (-1: the last), and the labels have the logits' shape without that axis:
+  // logits [..., C] with labels [...], or span logits [B,T,2] over positions (class_axis 1) with
+  // labels [B,2].
+  TensorId cross_entropy(const std::string& name, TensorId logits, TensorId labels, int class_axis = -1);
 
   const Tensor& tensor(TensorId id) const;
   const std::vector<int64_t>& shape(TensorId id) const;
@@ -90,6 +100,10 @@ class GraphBuilder {
 
  private:
   TensorId new_tensor(const std::string& name, std::vector<int64_t> shape, DType dtype, TensorRole role);
+  // A float activation: in the activation dtype of the graph's precision.
+  TensorId activation(const std::string& name, std::vector<int64_t> shape) {
+    return new_tensor(name, std::move(shape), act_dtype_, TensorRole::kActivation);
+  }
   OpId new_op(const std::string& name, OpType type, std::vector<TensorId> inputs, std::vector<TensorId> outputs,
               const OpAttrs& attrs);
   void fail(const std::string& op_name, const std::string& why);
@@ -97,7 +111,9 @@ class GraphBuilder {
 
   Graph g_;
   Status status_;
-  std::vector<TensorId> weights_in_order_;
+  DType act_dtype_ = DType::kF32;
+  std::vector<TensorId> weights_in_order_;  // fp32 masters
+  std::vector<TensorId> master_of_;         // per tensor: the master of a weight copy, else kNoTensor
 };
 
 // Fills flops, macs, bytes_read and bytes_written of `op` from its type, attributes and tensors.

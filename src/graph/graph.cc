@@ -21,8 +21,10 @@ constexpr std::array<std::string_view, 38> kOpNames = {
 };
 static_assert(kOpNames.size() == static_cast<size_t>(OpType::kOpaque) + 1, "update kOpNames size");
 
-constexpr std::array<std::string_view, 7> kRoleNames = {"input",    "weight",          "activation", "gradient",
-                                                         "weight_gradient", "optimizer_state", "workspace"};
+constexpr std::array<std::string_view, 8> kRoleNames = {"input",           "weight",          "activation",
+                                                         "gradient",        "weight_gradient", "optimizer_state",
+                                                         "workspace",       "weight_copy"};
+constexpr std::array<std::string_view, 4> kPrecisionNames = {"fp32", "tf32", "amp-fp16", "amp-bf16"};
 constexpr std::array<std::string_view, 3> kPhaseNames = {"forward", "backward", "update"};
 constexpr std::array<std::string_view, 6> kDTypeNames = {"f32", "f16", "bf16", "i32", "i64", "u8"};
 
@@ -40,6 +42,13 @@ std::string_view to_string(TensorRole r) { return kRoleNames[static_cast<size_t>
 std::string_view to_string(Phase p) { return kPhaseNames[static_cast<size_t>(p)]; }
 std::string_view to_string(DType d) { return kDTypeNames[static_cast<size_t>(d)]; }
 std::string_view to_string(OptimizerKind k) { return k == OptimizerKind::kSgd ? "sgd" : "adam"; }
+std::string_view to_string(Precision p) { return kPrecisionNames[static_cast<size_t>(p)]; }
+std::optional<Precision> precision_from_string(std::string_view s) {
+  return from_names<Precision>(kPrecisionNames, s);
+}
+DType activation_dtype(Precision p) {
+  return p == Precision::kAmpFp16 ? DType::kF16 : p == Precision::kAmpBf16 ? DType::kBF16 : DType::kF32;
+}
 std::optional<OpType> op_type_from_string(std::string_view s) { return from_names<OpType>(kOpNames, s); }
 std::optional<TensorRole> role_from_string(std::string_view s) { return from_names<TensorRole>(kRoleNames, s); }
 std::optional<Phase> phase_from_string(std::string_view s) { return from_names<Phase>(kPhaseNames, s); }

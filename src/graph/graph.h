@@ -14,9 +14,19 @@
 //   backward op reads exactly what the real kernel needs (see autodiff.cc).
 //
 // Note [Persistent vs transient tensors]
-//   Persistent = kWeight and kOptimizerState. The analysis puts them in a separate region that is
-//   allocated once; lifetimes and the memory-sharing plan only concern transient tensors.
-//   Weight gradients are transient: they are produced in backward and die at the update op.
+//   Persistent = kWeight, kWeightCopy and kOptimizerState. The analysis puts them in a separate
+//   region that is allocated once; lifetimes and the memory-sharing plan only concern transient
+//   tensors. Weight gradients are transient: they are produced in backward and die at the update op.
+//
+// Note [Mixed precision]
+//   GraphInfo::precision says how an iteration computes. fp32 and tf32 graphs are identical (every
+//   float tensor f32; tf32 only tells the cost model to run conv/matmul on TF32 tensor cores).
+//   amp-fp16 and amp-bf16 graphs (GraphBuilder) store activations, data inputs and every gradient
+//   in 16 bits; each weight is an fp32 master (kWeight) plus a 16-bit working copy (kWeightCopy)
+//   that forward and backward read and the update op rewrites; optimizer state stays fp32; norm
+//   statistics, the loss and cross-entropy's log-probabilities stay fp32 (as under autocast).
+//   amp-fp16 adds the loss scale (an fp32 scalar of optimizer state) that cross-entropy's backward
+//   multiplies by and the updates divide by. This is Apex O2 / Megatron-style mixed precision.
 #pragma once
 
 #include <cstdint>
@@ -44,7 +54,11 @@ enum class TensorRole : uint8_t {
   kWeightGradient,  // gradient of a weight, consumed by the optimizer update
   kOptimizerState,  // momentum, Adam moments (persistent)
   kWorkspace,       // kernel-private data kept from forward to backward (max-pool indices, dropout mask)
+  kWeightCopy,      // 16-bit working copy of a weight under mixed precision (persistent; Note [Mixed precision])
 };
+
+// How an iteration computes (Note [Mixed precision]); `--precision` on the command line.
+enum class Precision : uint8_t { kFp32, kTf32, kAmpFp16, kAmpBf16 };
 
 enum class Phase : uint8_t { kForward, kBackward, kUpdate };
 
@@ -108,6 +122,9 @@ struct OpAttrs {
   bool count_include_pad = true;       // avg_pool
   // linear: number of input features K; the input is viewed as [numel/K, K].
   int64_t in_features = 0;
+  // cross_entropy (and its backward): the class axis of the logits; -1 = the last. The labels
+  // have the logits' shape without that axis (span prediction: logits [B,T,2], labels [B,2]).
+  int32_t class_axis = -1;
   // matmul: C[b] = scale * op(A[b]) x op(B[b]); op() transposes the last two dims when set.
   bool transpose_a = false, transpose_b = false;
   float scale = 1.0f;
@@ -143,7 +160,9 @@ struct Tensor {
   // For gradients: the tensor this is the gradient of (kNoTensor otherwise).
   TensorId grad_of = kNoTensor;
 
-  bool persistent() const { return role == TensorRole::kWeight || role == TensorRole::kOptimizerState; }
+  bool persistent() const {
+    return role == TensorRole::kWeight || role == TensorRole::kWeightCopy || role == TensorRole::kOptimizerState;
+  }
   int64_t numel() const;
 };
 
@@ -175,6 +194,7 @@ struct GraphInfo {
   int64_t seq = 0;         // sequence length for transformers (0 if n/a)
   int64_t num_classes = 0; // classes or vocabulary size
   OptimizerKind optimizer = OptimizerKind::kSgd;
+  Precision precision = Precision::kFp32;
 };
 
 struct Graph {
@@ -208,6 +228,10 @@ std::string_view to_string(TensorRole r);
 std::string_view to_string(Phase p);
 std::string_view to_string(DType d);
 std::string_view to_string(OptimizerKind k);
+std::string_view to_string(Precision p);  // "fp32", "tf32", "amp-fp16", "amp-bf16"
+std::optional<Precision> precision_from_string(std::string_view s);
+// The dtype of activations and gradients under `p`: f16 / bf16 for AMP, else f32.
+DType activation_dtype(Precision p);
 std::optional<OpType> op_type_from_string(std::string_view s);
 std::optional<TensorRole> role_from_string(std::string_view s);
 std::optional<Phase> phase_from_string(std::string_view s);

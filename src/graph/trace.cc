@@ -59,7 +59,7 @@ struct AttrField {
 
 constexpr int64_t kAnyInt = std::numeric_limits<int32_t>::min();
 
-const std::array<AttrField, 27> kAttrFields = {{
+const std::array<AttrField, 28> kAttrFields = {{
     {"kernel_h", &OpAttrs::kernel_h, 0},
     {"kernel_w", &OpAttrs::kernel_w, 0},
     {"stride_h", &OpAttrs::stride_h, 1},
@@ -79,6 +79,7 @@ const std::array<AttrField, 27> kAttrFields = {{
     {"gelu_tanh", &OpAttrs::gelu_tanh, 0},
     {"dropout_p", &OpAttrs::dropout_p, 0},
     {"axis", &OpAttrs::axis, kAnyInt},
+    {"class_axis", &OpAttrs::class_axis, -1},
     {"heads", &OpAttrs::heads, 0},
     {"parts", &OpAttrs::parts, 1},
     {"lr", &OpAttrs::lr, 0},
@@ -91,7 +92,7 @@ const std::array<AttrField, 27> kAttrFields = {{
 
 // A tripwire, not a layout requirement: when OpAttrs gains a field its size changes, and the field
 // must then be added to kAttrFields (and to docs/trace-format.md), or traces silently drop it.
-static_assert(sizeof(void*) != 8 || sizeof(OpAttrs) == 104,
+static_assert(sizeof(void*) != 8 || sizeof(OpAttrs) == 112,
               "OpAttrs changed: add the new field to kAttrFields in trace.cc, then update this size");
 
 const AttrField* find_attr(std::string_view name) {
@@ -266,9 +267,11 @@ E read_enum(const Json& v, const std::string& path, std::optional<E> (*from_stri
   fail(path, fmt::format("expected a {} ({}), got {}", what, fmt::join(names, ", "), describe(v)));
 }
 
-constexpr std::array<TensorRole, 7> kAllRoles = {
+constexpr std::array<TensorRole, 8> kAllRoles = {
     TensorRole::kInput,          TensorRole::kWeight,         TensorRole::kActivation, TensorRole::kGradient,
-    TensorRole::kWeightGradient, TensorRole::kOptimizerState, TensorRole::kWorkspace};
+    TensorRole::kWeightGradient, TensorRole::kOptimizerState, TensorRole::kWorkspace,  TensorRole::kWeightCopy};
+constexpr std::array<Precision, 4> kAllPrecisions = {Precision::kFp32, Precision::kTf32, Precision::kAmpFp16,
+                                                     Precision::kAmpBf16};
 constexpr std::array<DType, 6> kAllDTypes = {DType::kF32, DType::kF16, DType::kBF16,
                                              DType::kI32, DType::kI64, DType::kU8};
 constexpr std::array<Phase, 3> kAllPhases = {Phase::kForward, Phase::kBackward, Phase::kUpdate};
@@ -328,7 +331,7 @@ class TraceReader {
 
   void read_info(const Json& info) {
     expect_object(info, "info");
-    check_fields(info, "info", {"batch", "image", "seq", "num_classes", "optimizer"});
+    check_fields(info, "info", {"batch", "image", "seq", "num_classes", "optimizer", "precision"});
     constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
     if (const Json* v = find_field(info, "batch")) g_.info.batch = read_int(*v, "info.batch", 0, kMax);
     if (const Json* v = find_field(info, "image")) g_.info.image = read_int(*v, "info.image", 0, kMax);
@@ -340,6 +343,9 @@ class TraceReader {
       if (!k) fail("info.optimizer", "expected \"sgd\" or \"adam\", got " + describe(*v));
       g_.info.optimizer = *k;
     }
+    if (const Json* v = find_field(info, "precision"))
+      g_.info.precision =
+          read_enum(*v, "info.precision", precision_from_string, kAllPrecisions, "precision");
   }
 
   // "tensors[3] ('fc1.weight')": the path of an array element and, once known, its name.
@@ -769,6 +775,7 @@ std::string to_trace_json(const Graph& g, bool pretty) {
   info["seq"] = g.info.seq;
   info["num_classes"] = g.info.num_classes;
   info["optimizer"] = std::string(to_string(g.info.optimizer));
+  if (g.info.precision != Precision::kFp32) info["precision"] = std::string(to_string(g.info.precision));
   scalar("info", info);
   auto list = [&](std::string_view k, size_t n, auto&& item_json, bool last) {
     key(k);
@@ -819,6 +826,7 @@ std::string graph_difference(const Graph& a, const Graph& b) {
   d.differ("info.seq", a.info.seq, b.info.seq);
   d.differ("info.num_classes", a.info.num_classes, b.info.num_classes);
   d.differ("info.optimizer", a.info.optimizer, b.info.optimizer);
+  d.differ("info.precision", a.info.precision, b.info.precision);
   d.differ("loss", a.loss, b.loss);
   if (d.differ("tensors.size", a.tensors.size(), b.tensors.size())) return d.result();
   for (size_t i = 0; i < a.tensors.size(); ++i) {

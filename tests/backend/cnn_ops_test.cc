@@ -476,6 +476,54 @@ TEST(CrossEntropyTest, LossLogProbsAndGradient) {
       "dlogits");
 }
 
+// Span prediction: logits [B,T,2] with the classes (positions) along axis 1, labels [B,2]. The
+// reference transposes to [B,2,T] and runs the last-axis cross-entropy.
+TEST(CrossEntropyTest, ClassAxisOtherThanTheLast) {
+  const int64_t batch = 2, positions = 5, spans = 2;
+  GraphMaker m;
+  TensorId logits = m.input("logits", {batch, positions, spans});
+  TensorId labels = m.input("labels", {batch, spans}, DType::kI32);
+  TensorId loss = m.tensor("loss", {}), logp = m.tensor("log_probs", {batch, positions, spans});
+  OpAttrs a;
+  a.class_axis = 1;
+  m.op("ce", OpType::kCrossEntropy, {logits, labels}, {loss, logp}, a);
+  TensorId dlogits = m.grad("dlogits", logits);
+  m.op("ce.bwd", OpType::kCrossEntropyBwd, {logp, labels}, {dlogits}, a, Phase::kBackward);
+  m.g.loss = loss;
+  Runner r(m.g);
+  ASSERT_TRUE(r.ok());
+  const auto xv = testing::random_vector(static_cast<size_t>(batch * positions * spans), 7, -3.0f, 3.0f);
+  const std::vector<int32_t> lv = {4, 0, 2, 3};  // (start, end) of sample 0, then of sample 1
+  r.set(logits, xv);
+  r.set(labels, lv);
+  r.run_all();
+  auto index = [&](int64_t b, int64_t t, int64_t k) { return static_cast<size_t>((b * positions + t) * spans + k); };
+  auto transposed = [&](const Vec& v) {  // [B,T,2] -> [B,2,T]
+    Vec out(v.size());
+    for (int64_t b = 0; b < batch; ++b)
+      for (int64_t k = 0; k < spans; ++k)
+        for (int64_t t = 0; t < positions; ++t)
+          out[static_cast<size_t>((b * spans + k) * positions + t)] = v[index(b, t, k)];
+    return out;
+  };
+  const Vec xd = testing::to_double(xv);
+  const auto ref = reference::cross_entropy(transposed(xd), lv, positions);
+  expect_forward(r.get(loss), {ref.loss}, "loss");
+  EXPECT_EQ(r.get(loss).size(), 1u);
+  const std::vector<float> got_logp = r.get(logp);
+  Vec got_t = transposed(testing::to_double(got_logp));
+  expect_forward(std::vector<float>(got_t.begin(), got_t.end()), ref.log_probs, "log_probs");
+  expect_gradient(
+      r.get(dlogits), xd,
+      [&](const Vec& v) { return Vec{reference::cross_entropy(transposed(v), lv, positions).loss}; }, {1.0},
+      "dlogits");
+  // A label must be a position: 5 is outside [0, 5).
+  r.set(labels, std::vector<int32_t>{4, 0, 5, 3});
+  Status st = r.run(0);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("label 5 of row 2"), std::string::npos) << st.message();
+}
+
 TEST(CrossEntropyTest, LabelOutOfRangeIsAnError) {
   GraphMaker m;
   TensorId logits = m.input("logits", {2, 4});

@@ -85,6 +85,41 @@ TEST(CostModelTest, HalfPrecisionUsesTheTensorCoreRateOrFallsBackToFp32) {
   EXPECT_DOUBLE_EQ(ob.compute_us, static_cast<double>(bf16.op().flops) / (1e12 * 0.6) * 1e6);
 }
 
+TEST(CostModelTest, Tf32GraphsRunMatrixOpsOnTf32) {
+  // A graph whose precision is tf32 needs no CostOptions: the graph says how it computes.
+  OneConv c;
+  c.g.info.precision = Precision::kTf32;
+  const OpCost o = CostModel(round_profile()).op_cost(c.g, c.op());
+  EXPECT_EQ(o.unit, ComputeDType::kTf32);
+  EXPECT_DOUBLE_EQ(o.compute_us, static_cast<double>(c.op().flops) / (2e12 * 0.6) * 1e6);
+}
+
+TEST(CostModelTest, PerUnitEfficienciesAndTheWinogradFraction) {
+  HardwareProfile p = round_profile();
+  OpEfficiency& conv = p.efficiency[static_cast<size_t>(OpClass::kConv)];
+  conv.compute = 0.6;  // fp32
+  conv.compute_by_unit[static_cast<size_t>(ComputeDType::kTf32)] = 0.3;
+  conv.compute_by_unit[static_cast<size_t>(ComputeDType::kFp16)] = 0.25;
+  p.conv3x3_flop_fraction[static_cast<size_t>(ComputeDType::kFp32)] = 4.0 / 9.0;  // Winograd F(2x2,3x3)
+  ASSERT_TRUE(validate_profile(p).ok()) << validate_profile(p).message();
+  const CostModel cost(p);
+  OneConv c32;  // 3x3, stride 1: Winograd in fp32
+  const double flops = static_cast<double>(c32.op().flops);
+  const OpCost o32 = cost.op_cost(c32.g, c32.op());
+  EXPECT_DOUBLE_EQ(o32.flop_fraction, 4.0 / 9.0);
+  EXPECT_DOUBLE_EQ(o32.compute_us, 4.0 / 9.0 * flops / (1e12 * 0.6) * 1e6);
+  c32.g.info.precision = Precision::kTf32;  // tf32 has no Winograd entry: direct FLOPs at 0.3
+  const OpCost otf = cost.op_cost(c32.g, c32.op());
+  EXPECT_DOUBLE_EQ(otf.flop_fraction, 1.0);
+  EXPECT_DOUBLE_EQ(otf.compute_us, flops / (2e12 * 0.3) * 1e6);
+  OneConv c16(DType::kF16);
+  EXPECT_DOUBLE_EQ(cost.op_cost(c16.g, c16.op()).compute_us, flops / (4e12 * 0.25) * 1e6);
+  // A strided 3x3 convolution is not Winograd's.
+  OneConv strided;
+  strided.g.ops[0].attrs.stride_h = strided.g.ops[0].attrs.stride_w = 2;
+  EXPECT_DOUBLE_EQ(cost.op_cost(strided.g, strided.op()).flop_fraction, 1.0);
+}
+
 TEST(CostModelTest, ElementwiseOpsAreBandwidthBound) {
   Graph g;
   Tensor t;

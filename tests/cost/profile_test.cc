@@ -20,8 +20,9 @@ namespace {
 
 using Json = nlohmann::json;
 
-const std::vector<std::string> kShipped = {"a100-40gb-pcie4", "cpu-local", "h100-80gb-pcie5", "rtx4090-pcie4",
-                                           "v100-16gb-pcie3"};
+const std::vector<std::string> kShipped = {"a100-40gb-pcie4", "a100-80gb-sxm4", "cpu-local",      "h100-80gb-pcie5",
+                                           "h100-80gb-sxm5",  "rtx4090-pcie4",  "v100-16gb-pcie3", "v100-16gb-sxm2",
+                                           "v100-32gb-sxm2"};
 
 ::testing::AssertionResult contains(const std::string& text, const std::string& part) {
   if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
@@ -101,6 +102,22 @@ TEST(ProfileTest, ShippedGpuProfilesCarryTheDatasheetNumbers) {
   EXPECT_EQ(a100->memory_bandwidth_bytes_per_s, 1555e9);
   EXPECT_NEAR(v100->host_link.host_to_device.effective_bytes_per_s(), 12.6e9, 0.1e9);
   EXPECT_TRUE(contains(load_profile("cpu-local")->notes, "MEASURED"));
+  // The SXM parts (datasheet SXM columns; H100's tensor rates are the dense halves of the quoted ones).
+  Result<HardwareProfile> v100s = load_profile("v100-32gb-sxm2");
+  Result<HardwareProfile> a100s = load_profile("a100-80gb-sxm4");
+  Result<HardwareProfile> h100s = load_profile("h100-80gb-sxm5");
+  ASSERT_TRUE(v100s.ok() && a100s.ok() && h100s.ok());
+  EXPECT_EQ(v100s->peak_flops[static_cast<size_t>(ComputeDType::kFp16)], 125e12);
+  EXPECT_EQ(v100s->memory_capacity_bytes, uint64_t{32} << 30);
+  EXPECT_EQ(a100s->memory_bandwidth_bytes_per_s, 2039e9);
+  EXPECT_EQ(h100s->peak_flops[static_cast<size_t>(ComputeDType::kBf16)], 989.4e12);
+  EXPECT_EQ(h100s->memory_bandwidth_bytes_per_s, 3.35e12);
+  // Calibrated profiles carry per-unit efficiencies for the matrix classes and the Winograd fraction.
+  for (const HardwareProfile* p : {&*v100s, &*a100s, &*h100s}) {
+    EXPECT_TRUE(p->efficiency[static_cast<size_t>(OpClass::kConv)].per_unit()) << p->name;
+    EXPECT_LT(p->conv3x3_flop_fraction[static_cast<size_t>(ComputeDType::kFp32)], 1.0) << p->name;
+    EXPECT_TRUE(contains(p->sources.at("compute.efficiency"), "bench/gpu_calibration.py")) << p->name;
+  }
 }
 
 TEST(ProfileTest, JsonRoundTripAndSaveThenLoadByPath) {
@@ -119,12 +136,67 @@ TEST(ProfileTest, JsonRoundTripAndSaveThenLoadByPath) {
   std::filesystem::remove(path);
 }
 
+TEST(ProfileTest, PerUnitEfficienciesRoundTripAndAreAllOrNothing) {
+  HardwareProfile p = cost_test::round_profile();  // fp32, tf32, fp16
+  OpEfficiency& mm = p.efficiency[static_cast<size_t>(OpClass::kMatMul)];
+  mm.compute = 0.7;
+  mm.compute_by_unit[static_cast<size_t>(ComputeDType::kTf32)] = 0.45;
+  mm.compute_by_unit[static_cast<size_t>(ComputeDType::kFp16)] = 0.4;
+  p.conv3x3_flop_fraction[static_cast<size_t>(ComputeDType::kFp32)] = 0.5;
+  const std::string text = to_profile_json(p);
+  const Json doc = Json::parse(text);
+  EXPECT_EQ(doc["compute"]["efficiency"]["matmul"]["compute"], Json({{"fp32", 0.7}, {"tf32", 0.45}, {"fp16", 0.4}}));
+  EXPECT_EQ(doc["compute"]["efficiency"]["conv"]["compute"], Json(0.6));  // one number for all units
+  EXPECT_EQ(doc["compute"]["conv3x3_flop_fraction"], Json({{"fp32", 0.5}}));
+  Result<HardwareProfile> back = parse_profile(text, "memory");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(*back, p);
+  EXPECT_DOUBLE_EQ(back->efficiency[static_cast<size_t>(OpClass::kMatMul)].compute_for(ComputeDType::kTf32), 0.45);
+  // A unit the device has must be listed; a unit it lacks must not be.
+  EXPECT_TRUE(contains(parse_error(doc, [](Json& d) { d["compute"]["efficiency"]["matmul"]["compute"].erase("fp16"); }),
+                       "compute.efficiency.matmul.compute.fp16: missing field"));
+  EXPECT_TRUE(contains(parse_error(doc, [](Json& d) { d["compute"]["efficiency"]["matmul"]["compute"]["bf16"] = 0.5; }),
+                       "compute.efficiency.matmul.compute.bf16: the profile has no bf16 rate"));
+  EXPECT_TRUE(contains(parse_error(doc, [](Json& d) { d["compute"]["efficiency"]["matmul"]["compute"]["tf32"] = 1.5; }),
+                       "compute.efficiency.matmul.compute.tf32: 1.5 is not in (0, 1]"));
+  EXPECT_TRUE(contains(parse_error(doc, [](Json& d) { d["compute"]["conv3x3_flop_fraction"]["fp8"] = 0.5; }),
+                       "compute.conv3x3_flop_fraction.fp8: unknown compute dtype"));
+  EXPECT_TRUE(contains(parse_error(doc, [](Json& d) { d["compute"]["conv3x3_flop_fraction"]["fp32"] = 0; }),
+                       "compute.conv3x3_flop_fraction.fp32: 0 is not in (0, 1]"));
+  // Programmatic profiles: overrides for some units only are refused by validation.
+  HardwareProfile partial = p;
+  partial.efficiency[static_cast<size_t>(OpClass::kMatMul)].compute_by_unit[static_cast<size_t>(ComputeDType::kFp16)] =
+      std::nullopt;
+  EXPECT_TRUE(contains(validate_profile(partial).message(), "compute.efficiency.matmul.compute.fp16: missing"));
+}
+
+TEST(ProfileTest, APrecisionWithoutItsRateIsAnErrorNamingIt) {
+  Result<HardwareProfile> v100 = load_profile("v100-16gb-pcie3");
+  ASSERT_TRUE(v100.ok());
+  EXPECT_TRUE(check_precision(*v100, Precision::kFp32).ok());
+  EXPECT_TRUE(check_precision(*v100, Precision::kAmpFp16).ok());
+  for (Precision p : {Precision::kTf32, Precision::kAmpBf16}) {
+    const Status s = check_precision(*v100, p);
+    ASSERT_FALSE(s.ok());
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+    const std::string unit = p == Precision::kTf32 ? "tf32" : "bf16";
+    EXPECT_TRUE(contains(s.message(), "precision " + std::string(to_string(p))));
+    EXPECT_TRUE(contains(s.message(), "compute.peak_flops." + unit));
+    EXPECT_TRUE(contains(s.message(), "'v100-16gb-pcie3'"));
+    EXPECT_TRUE(contains(s.message(), "supports fp32, amp-fp16"));
+  }
+  Result<HardwareProfile> a100 = load_profile("a100-40gb-pcie4");
+  ASSERT_TRUE(a100.ok());
+  for (Precision p : {Precision::kFp32, Precision::kTf32, Precision::kAmpFp16, Precision::kAmpBf16})
+    EXPECT_TRUE(check_precision(*a100, p).ok()) << to_string(p);
+}
+
 TEST(ProfileTest, UnknownNameListsTheKnownProfiles) {
   Result<HardwareProfile> p = load_profile("tpu-v9");
   ASSERT_FALSE(p.ok());
   EXPECT_EQ(p.status().code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(contains(p.status().message(), "unknown hardware profile 'tpu-v9'"));
-  EXPECT_TRUE(contains(p.status().message(), "a100-40gb-pcie4, cpu-local, h100-80gb-pcie5"));
+  EXPECT_TRUE(contains(p.status().message(), "a100-40gb-pcie4, a100-80gb-sxm4, cpu-local, h100-80gb-pcie5"));
   Result<HardwareProfile> missing = load_profile("/nonexistent/dir/x.json");
   ASSERT_FALSE(missing.ok());
   EXPECT_TRUE(contains(missing.status().message(), "'/nonexistent/dir/x.json' does not exist"));

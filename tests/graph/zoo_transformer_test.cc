@@ -3,8 +3,9 @@
 // and what the backward ops read.
 //
 // Reference numbers come from outside Ferry: Hugging Face's model.num_parameters() for
-// GPT2LMHeadModel (gpt2, gpt2-medium, gpt2-large, gpt2-xl) and BertForMaskedLM (bert-base-uncased,
-// bert-large-uncased), and the model dimensions of their config.json files, written here again
+// GPT2LMHeadModel (gpt2, gpt2-medium, gpt2-large, gpt2-xl), BertForMaskedLM (bert-base-uncased,
+// bert-large-uncased) and BertForQuestionAnswering (the same checkpoints with the SQuAD span head
+// and no pooler: 108,893,186 and 334,094,338), and the model dimensions of their config.json files, written here again
 // rather than read from the zoo. The closed forms below are derived from the architecture and are
 // themselves checked against the Hugging Face counts before being trusted for the mini models.
 #include <gtest/gtest.h>
@@ -29,6 +30,7 @@ struct Dims {
   bool gpt2;
   int64_t layers, hidden, heads, vocab, positions;
   uint64_t hf_params;  // 0 for the mini models, which have no Hugging Face counterpart
+  bool squad = false;  // BERT with the SQuAD span head instead of the masked-LM head
 };
 
 constexpr Dims kModels[] = {
@@ -40,6 +42,9 @@ constexpr Dims kModels[] = {
     {"bert-large", false, 24, 1024, 16, 30522, 512, 335174458},
     {"gpt2-mini", true, 2, 64, 4, 512, 128, 0},
     {"bert-mini", false, 2, 64, 4, 512, 128, 0},
+    {"bert-base-squad", false, 12, 768, 12, 30522, 512, 108893186, true},
+    {"bert-large-squad", false, 24, 1024, 16, 30522, 512, 334094338, true},
+    {"bert-mini-squad", false, 2, 64, 4, 512, 128, 0, true},
 };
 
 // Per block, both models: QKV (3D^2 + 3D), attention output (D^2 + D), FFN (4D^2 + 4D, 4D^2 + D)
@@ -54,10 +59,11 @@ uint64_t gpt2_params(const Dims& m) {
 
 // BERT-MLM: word [V,D], position [P,D], token type [2,D], embedding LayerNorm, blocks, MLM transform
 // (D^2 + D dense, 2D LayerNorm) and the decoder bias [V]; the decoder weight is the word table.
+// BERT-SQuAD: the same embeddings and blocks, then qa_outputs (2D + 2).
 uint64_t bert_params(const Dims& m) {
   const int64_t d = m.hidden;
   const int64_t embeddings = m.vocab * d + m.positions * d + 2 * d + 2 * d;
-  const int64_t head = d * d + d + 2 * d + m.vocab;
+  const int64_t head = m.squad ? 2 * d + 2 : d * d + d + 2 * d + m.vocab;
   return static_cast<uint64_t>(embeddings + head) + m.layers * block_params(d);
 }
 
@@ -65,10 +71,11 @@ uint64_t closed_form_params(const Dims& m) { return m.gpt2 ? gpt2_params(m) : be
 
 // Forward MACs of linear and matmul ops at batch b, length t: per block 12*b*t*D^2 for the four
 // linears and 2*b*t^2*D for q k^T and probs v (the causal mask does not skip work), then the LM head
-// b*t*D*V, and for BERT the MLM transform b*t*D^2.
+// b*t*D*V, and for BERT the MLM transform b*t*D^2; BERT-SQuAD's span head instead is b*t*D*2.
 uint64_t closed_form_macs(const Dims& m, int64_t b, int64_t t) {
   const uint64_t d = static_cast<uint64_t>(m.hidden), bt = static_cast<uint64_t>(b * t);
   const uint64_t block = 12 * bt * d * d + 2 * bt * static_cast<uint64_t>(t) * d;
+  if (m.squad) return static_cast<uint64_t>(m.layers) * block + bt * d * 2;
   uint64_t macs = static_cast<uint64_t>(m.layers) * block + bt * d * static_cast<uint64_t>(m.vocab);
   if (!m.gpt2) macs += bt * d * d;
   return macs;
@@ -188,7 +195,7 @@ TEST(ZooTransformer, RegistryCarriesTheReferences) {
 }
 
 TEST(ZooTransformer, ParamsDoNotDependOnBatchOrSequence) {
-  for (const char* model : {"gpt2-mini", "bert-mini"}) {
+  for (const char* model : {"gpt2-mini", "bert-mini", "bert-mini-squad"}) {
     SCOPED_TRACE(model);
     Result<Graph> g = build_model(model, lm_config(3, 128));
     ASSERT_TRUE(g.ok()) << g.status().message();
@@ -227,7 +234,7 @@ TEST(ZooTransformer, ForwardMacsMatchClosedForm) {
 
 TEST(ZooTransformer, ForwardMacsAtFullContextMatchClosedForm) {
   // At the full context the t^2 attention term is no longer negligible: 2*t*D vs 12*D^2 per token.
-  for (const char* model : {"gpt2", "bert-base", "gpt2-mini", "bert-mini"}) {
+  for (const char* model : {"gpt2", "bert-base", "gpt2-mini", "bert-mini", "bert-base-squad"}) {
     SCOPED_TRACE(model);
     const Dims& m = dims(model);
     Result<Graph> g = build_model(model, lm_config(1, m.positions));
@@ -526,6 +533,31 @@ TEST(ZooTransformer, BackwardReadsWhatTheKernelsNeed) {
     for (const Tensor& t : g.tensors) weights += t.role == TensorRole::kWeight;
     EXPECT_EQ(count_ops(g, OpType::kSgdUpdate, Phase::kUpdate), weights);
   }
+}
+
+TEST(ZooTransformer, SquadHeadIsASpanCrossEntropyOverPositions) {
+  const Graph& g = small_graph("bert-mini-squad");
+  ASSERT_FALSE(g.ops.empty());
+  // No masked-LM head: the last forward ops are qa_outputs and the loss.
+  EXPECT_EQ(find_forward_op(g, "cls.predictions.decoder"), nullptr);
+  const Op* qa = find_forward_op(g, "qa_outputs");
+  ASSERT_NE(qa, nullptr);
+  EXPECT_EQ(qa->type, OpType::kLinear);
+  EXPECT_EQ(g.tensor(qa->inputs[1]).shape, (std::vector<int64_t>{2, 64}));
+  const Op* loss = find_forward_op(g, "loss");
+  ASSERT_NE(loss, nullptr);
+  EXPECT_EQ(loss->type, OpType::kCrossEntropy);
+  EXPECT_EQ(loss->inputs[0], qa->outputs[0]);
+  EXPECT_EQ(g.tensor(loss->inputs[0]).shape, (std::vector<int64_t>{kBatch, kSeq, 2}));  // start, end logits
+  EXPECT_EQ(g.tensor(loss->inputs[1]).shape, (std::vector<int64_t>{kBatch, 2}));        // start, end positions
+  EXPECT_EQ(loss->attrs.class_axis, 1);  // a distribution over the T positions
+  // The default sequence is SQuAD's 384 (DeepLearningExamples' and HF's run_squad max_seq_length).
+  EXPECT_EQ(find_model("bert-base-squad")->default_size, 384);
+  // The MLM head's logits [B,T,V] are gone: the squad graph is smaller than the MLM one.
+  uint64_t mlm_bytes = 0, squad_bytes = 0;
+  for (const Tensor& t : small_graph("bert-mini").tensors) mlm_bytes += t.bytes;
+  for (const Tensor& t : g.tensors) squad_bytes += t.bytes;
+  EXPECT_LT(squad_bytes, mlm_bytes);
 }
 
 TEST(ZooTransformer, LargestModelBuildsWithAdam) {

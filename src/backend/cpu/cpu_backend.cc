@@ -212,6 +212,27 @@ class CpuCompiledGraph final : public CompiledGraph {
   std::vector<std::unique_ptr<Kernel>> kernels_;
 };
 
+// The CPU backend computes in fp32 only. TF32 is a GPU tensor-core mode; mixed precision would
+// need 16-bit versions of the hand-written kernels (loss, embedding, optimizer updates with the
+// weight-copy refresh, softmax, dropout), which do not exist, even where oneDNN could run bf16
+// convolutions and matmuls on this CPU.
+Status check_precision(Precision p) {
+  if (p == Precision::kFp32) return Status::Ok();
+  if (p == Precision::kTf32)
+    return Status::InvalidArgument("the CPU backend computes in fp32: tf32 is an NVIDIA tensor-core mode (use --precision "
+                               "fp32 to train here; plan tf32 on a GPU profile)");
+  const dnnl::cpu_isa isa = dnnl::get_effective_cpu_isa();
+  const bool bf16_isa = isa == dnnl::cpu_isa::avx512_core_bf16 || isa == dnnl::cpu_isa::avx512_core_amx;
+  return Status::InvalidArgument(fmt::format(
+      "the CPU backend trains in fp32 only: {} needs 16-bit versions of Ferry's hand-written kernels (cross-entropy, "
+      "embedding, softmax, dropout, optimizer updates that refresh the 16-bit weight copies), which are not "
+      "implemented; {}",
+      to_string(p),
+      p == Precision::kAmpFp16 ? "oneDNN 2.6 has no fp16 training primitives for CPUs either"
+      : bf16_isa               ? "oneDNN could run the bf16 convolutions and matmuls on this CPU (avx512_bf16)"
+                               : "this CPU also lacks avx512_bf16, which oneDNN needs for bf16 training primitives"));
+}
+
 class CpuBackend final : public Backend {
  public:
   CpuBackend(dnnl::engine engine, const BackendOptions& options) : engine_(std::move(engine)), options_(options) {}
@@ -220,6 +241,7 @@ class CpuBackend final : public Backend {
 
   Result<std::unique_ptr<CompiledGraph>> compile(const Graph& graph) override {
     FERRY_RETURN_IF_ERROR(graph.validate());
+    FERRY_RETURN_IF_ERROR(check_precision(graph.info.precision));
     std::unique_ptr<CpuCompiledGraph> cg;
     FERRY_RETURN_IF_ERROR(dnnl_guard("cpu backend", [&] {
       cg = std::make_unique<CpuCompiledGraph>(graph, engine_, options_);

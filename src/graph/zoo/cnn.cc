@@ -73,7 +73,8 @@ class Net {
                      .batch = config.batch,
                      .image = config.image,
                      .num_classes = config.num_classes,
-                     .optimizer = config.train.optimizer}),
+                     .optimizer = config.train.optimizer,
+                     .precision = config.precision}),
         config_(config) {
     if (config.batch <= 0 || config.image <= 0 || config.num_classes <= 0) {
       status_ = Status::InvalidArgument(

@@ -1,10 +1,15 @@
-// Transformer half of the model zoo: BERT (masked-LM pre-training) and GPT-2 (causal LM), written
-// op for op after Hugging Face's BertForMaskedLM and GPT2LMHeadModel in training mode.
+// Transformer half of the model zoo: BERT (masked-LM pre-training, or SQuAD span-prediction
+// fine-tuning) and GPT-2 (causal LM), written op for op after Hugging Face's BertForMaskedLM,
+// BertForQuestionAnswering and GPT2LMHeadModel in training mode.
 //
 // Design
 // - One training iteration at batch B and sequence length T: token ids [B,T] (int32) in, labels
 //   [B,T] in, mean cross-entropy of the LM logits [B,T,V] out. The vocabulary V is
 //   config.num_classes (the zoo fills in the model's own vocabulary by default).
+// - SQuAD (BertForQuestionAnswering): the same encoder without a pooler, then `qa_outputs`, a
+//   D->2 linear giving start and end logits [B,T,2]; labels [B,2] are the answer's start and end
+//   positions, and the loss is the mean of the two cross-entropies over the T positions
+//   (cross_entropy along axis 1), which is HF's (start_loss + end_loss) / 2.
 // - Attention is the unfused textbook form, because that is what a memory planner must see: the
 //   fused QKV projection is split into per-head q, k, v [B,H,T,dh]; scores = q k^T / sqrt(dh)
 //   [B,H,T,T] go through softmax and dropout, and both the scores and the probabilities are
@@ -80,6 +85,7 @@ GraphInfo make_info(const char* model, const TransformerSpec& spec, const ModelC
   info.seq = config.seq;
   info.num_classes = config.num_classes > 0 ? config.num_classes : spec.vocab;
   info.optimizer = config.train.optimizer;
+  info.precision = config.precision;
   return info;
 }
 
@@ -138,9 +144,10 @@ Result<Graph> build_gpt2(const TransformerSpec& spec, const ModelConfig& config)
   return std::move(b).finish(config.train);
 }
 
-// BERT (BertForMaskedLM): embeddings + LayerNorm, post-LN encoder blocks, erf GELU, MLM head whose
-// decoder is tied to `bert.embeddings.word` plus its own bias `cls.predictions.bias` [V].
-Result<Graph> build_bert(const TransformerSpec& spec, const ModelConfig& config) {
+// BERT: embeddings + LayerNorm, post-LN encoder blocks, erf GELU, then the head: BertForMaskedLM's
+// MLM head, whose decoder is tied to `bert.embeddings.word` plus its own bias
+// `cls.predictions.bias` [V], or BertForQuestionAnswering's span head `qa_outputs` [2,D].
+Result<Graph> build_bert(const TransformerSpec& spec, const ModelConfig& config, BertHead head) {
   FERRY_RETURN_IF_ERROR(check_config("BERT", spec, config));
   const GraphInfo info = make_info("bert", spec, config);
   const int64_t batch = info.batch, seq = info.seq, vocab = info.num_classes, hidden = spec.hidden;
@@ -148,7 +155,8 @@ Result<Graph> build_bert(const TransformerSpec& spec, const ModelConfig& config)
 
   GraphBuilder b(info);
   TensorId ids = b.input("input_ids", {batch, seq}, DType::kI32);
-  TensorId labels = b.labels("labels", {batch, seq});
+  TensorId labels = head == BertHead::kSquadSpan ? b.labels("span_positions", {batch, 2})
+                                                 : b.labels("labels", {batch, seq});
   // word [V,D] + position [max_positions,D] + token_type [2,D], summed, then LayerNorm and dropout.
   TensorId x = b.embedding("bert.embeddings", ids, vocab, hidden, spec.max_positions, kBertTypeVocab);
   TensorId word_table = b.failed() ? kNoTensor : b.embedding_weight(x);
@@ -173,6 +181,12 @@ Result<Graph> build_bert(const TransformerSpec& spec, const ModelConfig& config)
     x = b.layer_norm(p + ".output.LayerNorm", x, kBertLayerNormEps);
   }
 
+  if (head == BertHead::kSquadSpan) {
+    // Start and end logits [B,T,2]; each of the two columns is a distribution over positions.
+    TensorId logits = b.linear("qa_outputs", x, 2);
+    b.cross_entropy("loss", logits, labels, /*class_axis=*/1);
+    return std::move(b).finish(config.train);
+  }
   // MLM head: transform (dense + erf GELU + LayerNorm), then the tied decoder with its own bias.
   TensorId h = b.linear("cls.predictions.transform.dense", x, hidden);
   h = b.gelu("cls.predictions.transform.act", h, /*tanh_approx=*/false);

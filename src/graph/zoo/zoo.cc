@@ -29,10 +29,13 @@ constexpr TransformerSpec kGpt2Mini{true, 2, 64, 4, 512, 128};
 template <const TransformerSpec& kSpec>
 Result<Graph> bert(const ModelConfig& c) { return build_bert(kSpec, c); }
 template <const TransformerSpec& kSpec>
+Result<Graph> bert_squad(const ModelConfig& c) { return build_bert(kSpec, c, BertHead::kSquadSpan); }
+template <const TransformerSpec& kSpec>
 Result<Graph> gpt2(const ModelConfig& c) { return build_gpt2(kSpec, c); }
 
 const char* kTv = "torchvision 0.14 model card";
 const char* kHf = "Hugging Face transformers (LM head tied to the word embeddings)";
+const char* kHfQa = "Hugging Face transformers BertForQuestionAnswering (no pooler; qa_outputs 2 x hidden)";
 
 std::vector<ModelEntry> make_zoo() {
   using F = ModelFamily;
@@ -63,6 +66,12 @@ std::vector<ModelEntry> make_zoo() {
       {"bert-large", F::kTransformer, "BERT-large encoder with masked-LM head", 512, 30522, 335174458, 0, kHf,
        bert<kBertLarge>},
       {"bert-mini", F::kTransformer, "2-layer BERT (hidden 64) for tests", 64, 512, 0, 0, "", bert<kBertMini>},
+      {"bert-base-squad", F::kTransformer, "BERT-base with SQuAD span-prediction head (fine-tuning, seq 384)", 384,
+       30522, 108893186, 0, kHfQa, bert_squad<kBertBase>},
+      {"bert-large-squad", F::kTransformer, "BERT-large with SQuAD span-prediction head (fine-tuning, seq 384)", 384,
+       30522, 334094338, 0, kHfQa, bert_squad<kBertLarge>},
+      {"bert-mini-squad", F::kTransformer, "2-layer BERT with the SQuAD span head, for tests", 64, 512, 0, 0, "",
+       bert_squad<kBertMini>},
       {"gpt2", F::kTransformer, "GPT-2 small decoder (124M)", 1024, 50257, 124439808, 0, kHf, gpt2<kGpt2Small>},
       {"gpt2-medium", F::kTransformer, "GPT-2 medium decoder (355M)", 1024, 50257, 354823168, 0, kHf,
        gpt2<kGpt2Medium>},
@@ -120,6 +129,7 @@ Result<Graph> build_model(std::string_view name, const ModelConfig& config) {
   g->info.seq = entry->family == ModelFamily::kTransformer ? c.seq : 0;
   g->info.num_classes = c.num_classes;
   g->info.optimizer = c.train.optimizer;
+  g->info.precision = c.precision;
   return g;
 }
 

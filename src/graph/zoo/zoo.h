@@ -21,6 +21,7 @@ struct ModelConfig {
   int64_t seq = 0;          // sequence length for transformers; 0 = the model's default
   int64_t num_classes = 0;  // 0 = the model's default (1000 ImageNet, 10 CIFAR, vocab for LMs)
   TrainOptions train;
+  Precision precision = Precision::kFp32;  // tensor dtypes (Note [Mixed precision] in graph.h)
 };
 
 enum class ModelFamily : uint8_t { kCnn, kTransformer };
@@ -56,7 +57,9 @@ struct TransformerSpec {
   int layers, hidden, heads;
   int64_t vocab, max_positions;
 };
-Result<Graph> build_bert(const TransformerSpec& spec, const ModelConfig& config);
+// BERT's head: the masked-LM head of pre-training, or SQuAD's span-prediction head.
+enum class BertHead : uint8_t { kMaskedLm, kSquadSpan };
+Result<Graph> build_bert(const TransformerSpec& spec, const ModelConfig& config, BertHead head = BertHead::kMaskedLm);
 Result<Graph> build_gpt2(const TransformerSpec& spec, const ModelConfig& config);
 
 }  // namespace ferry
