@@ -15,6 +15,7 @@
 #include "cost/profile.h"
 #include "sim/simulator.h"
 #include "sim/timeline.h"
+#include "plan/ferry/bound.h"
 
 namespace ferry::cli {
 
@@ -233,9 +234,16 @@ int run_plan(const PlanOptions& o) {
     if (Status s = write_chrome_trace(*r, o.trace_out); !s.ok()) return report(s);
   if (!o.plot.empty())
     if (Status s = write_memory_svg(*r, budget, o.plot); !s.ok()) return report(s);
+  // The bound: no plan in Ferry's decision space at this budget is faster (plan/ferry/bound.h).
+  Result<LowerBound> bound = lower_bound(ctx);
+  if (!bound.ok()) return report(bound.status());
+  const double gap = r->iteration_us / bound->us;
   if (o.json) {
     nlohmann::json j = to_json(*r, budget);
     j["precision"] = std::string(to_string(g->info.precision));
+    j["lower_bound_ms"] = bound->us / 1e3;
+    j["lower_bound_method"] = bound->method;
+    j["gap"] = gap;
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     std::printf("%s on %s, policy %s, budget %s\n", describe(*g).c_str(), hw->name.c_str(), o.policy.c_str(),
@@ -246,6 +254,8 @@ int run_plan(const PlanOptions& o) {
                 planned->notes.c_str());
     std::printf("  iteration   %10.2f ms  (compute %.2f ms, recompute %.2f ms, stalls %.2f ms)\n",
                 r->iteration_us / 1e3, r->compute_busy_us / 1e3, r->recompute_us / 1e3, r->stall_us / 1e3);
+    std::printf("  bound       %10.2f ms  no plan at this budget is faster (%s); this plan is %.3fx the bound\n",
+                bound->us / 1e3, bound->method == "lp" ? "LP relaxation" : "sum of op times", gap);
     std::printf("  device peak %10s  (weights and optimizer state %s)\n", format_bytes(r->peak_device_bytes).c_str(),
                 format_bytes(r->persistent_bytes).c_str());
     std::printf("  moved       d2h %s, h2d %s, ssd_write %s, ssd_read %s\n", format_bytes(r->bytes_d2h).c_str(),

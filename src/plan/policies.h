@@ -99,6 +99,11 @@ Result<PlanReport> plan_policy(std::string_view policy, const PlanContext& ctx);
 // plan_policy(...).schedule.
 Result<Schedule> make_schedule(std::string_view policy, const PlanContext& ctx);
 
+// A time no plan in Ferry's decision space beats at ctx's budget, tier and recompute_only
+// (plan/ferry/bound.h: an LP relaxation, or the sum of op times where the LP is not available).
+struct LowerBound;
+Result<LowerBound> lower_bound(const PlanContext& ctx);
+
 // The smallest budget (bytes, a multiple of ctx.alignment) at which `policy` produces a plan that
 // fits, ignoring ctx.budget_bytes. Budget-oblivious policies: the device bytes of their one plan.
 // Budget-aware ones: bisection between a bound no plan beats (persistent region + the largest

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "common/units.h"
+#include "plan/ferry/bound.h"
 #include "plan/ferry/ferry_planner.h"
 #include "plan/policies.h"
 #include "plan/policy_common.h"
@@ -177,6 +178,11 @@ Result<PlanReport> plan_policy(std::string_view policy, const PlanContext& ctx) 
 Result<Schedule> make_schedule(std::string_view policy, const PlanContext& ctx) {
   FERRY_ASSIGN_OR_RETURN(PlanReport r, plan_policy(policy, ctx));
   return std::move(r.schedule);
+}
+
+Result<LowerBound> lower_bound(const PlanContext& ctx) {
+  FERRY_ASSIGN_OR_RETURN(PlanFacts facts, make_plan_facts(ctx));
+  return plan_lower_bound(ctx, facts);
 }
 
 Result<uint64_t> find_min_budget(std::string_view policy, const PlanContext& ctx) {

@@ -139,6 +139,10 @@ class Planner {
       if (!progress && round > 0) break;  // nothing more can leave the device
     }
     if (decisions != nullptr) *decisions = explain();
+    if (std::getenv("FERRY_PLANNER_DEBUG") && std::string(std::getenv("FERRY_PLANNER_DEBUG")) == "decisions")
+      for (const PlanDecision& d : explain())
+        std::fprintf(stderr, "w%g %-10s %-36s %9.2f MB cost %8.1f us away %d (%s)\n", link_weight_, d.move.c_str(),
+                     g_.tensor(d.tensor).name.c_str(), d.bytes / 1e6, d.cost_us, d.away_steps, d.alternative.c_str());
     best->notes = summary();
     return std::move(*best);
   }
@@ -439,6 +443,38 @@ class Planner {
     return o;
   }
 
+  // Away for its whole gap whatever the links can hide: released right after the access before
+  // the gap (waiting for its swap-out when the copy is not there yet) and fetched on demand right
+  // before the access after it. It costs stalls, and it is what makes every budget above the
+  // largest working set (plus what cannot leave) reachable.
+  Option forced_option(const Gap& gap) const {
+    Option o;
+    o.move = Move::kSwap;
+    const TensorId t = gap.tensor;
+    const TensorState& s = ts_[idx(t)];
+    const bool persistent = g_.tensor(t).persistent();
+    const OpId end = end_of(gap);
+    double stall_us = in_us(t);
+    if (persistent ? (gap.cyclic && s.written) : !s.has_copy) stall_us += out_us(t);
+    else if (gap.move() == Move::kSwap && gap.decided.release_after > gap.from && gap.decided.out.ok)
+      stall_us += out_us(t);  // its own swap-out was not done by then
+    o.release_after = gap.from;
+    o.fetch_before = end;
+    if (gap.cyclic) {
+      o.lo1 = gap.from + 1;
+      o.hi1 = static_cast<int64_t>(n_) - 1;
+      o.lo2 = 0;
+      o.hi2 = end - 1;
+    } else {
+      o.lo1 = gap.from + 1;
+      o.hi1 = end - 1;
+    }
+    o.link_us = in_us(t) + (s.has_copy ? 0 : out_us(t));
+    o.cost_us = stall_us + link_weight_ * o.link_us;
+    o.ok = o.steps_away() > 0;
+    return o;
+  }
+
   // The best option of a gap that has it away at step s. For a decided gap: the best change that
   // has it away at s, scored by what it costs on top of the current decision.
   Option evaluate(int id, int64_t s) const {
@@ -455,12 +491,14 @@ class Planner {
       if (gap.decided.covers(s)) return best;
       consider(recompute_option(gap));
       if (gap.fetch_before() != end_of(gap)) consider(late_option(gap));
+      consider(forced_option(gap));
       return best;
     }
     if (gap.move() == Move::kRecompute) return best;
     if (swaps_allowed()) {
       const bool inner = g_.tensor(gap.tensor).persistent() && !gap.cyclic;
       consider(inner ? inner_offload_option(gap) : swap_option(gap));
+      consider(forced_option(gap));
     }
     consider(recompute_option(gap));
     return best;

@@ -1,0 +1,216 @@
+// The LP lower bound (bound.h has the formulation and why it is a bound).
+
+#include "plan/ferry/bound.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numeric>
+
+#include "plan/ferry/gaps.h"
+#include "plan/ferry/lp.h"
+
+namespace ferry {
+
+namespace {
+
+using planner::GapSpec;
+using planner::kInfinity;
+using planner::LinearProgram;
+using Terms = std::vector<std::pair<int, double>>;
+
+constexpr double kMiB = 1 << 20;
+
+// Running sums over the selected steps of interval-weighted columns: run_k = sum of coef * col
+// over the intervals containing selected step k, one column per selected step, tied by
+// run_k - run_{k-1} = (intervals starting after step k-1 up to k) - (those ending before k).
+class RunningSum {
+ public:
+  explicit RunningSum(const std::vector<size_t>& selected) : selected_(selected), starts_(selected.size() + 1),
+                                                            ends_(selected.size() + 1) {}
+  void add(int col, double coef, int64_t lo, int64_t hi) {
+    if (lo > hi) return;
+    // Selected steps in [lo, hi]: indices [first, last).
+    const size_t first = static_cast<size_t>(
+        std::lower_bound(selected_.begin(), selected_.end(), static_cast<size_t>(lo)) - selected_.begin());
+    const size_t last = static_cast<size_t>(
+        std::upper_bound(selected_.begin(), selected_.end(), static_cast<size_t>(hi)) - selected_.begin());
+    if (first >= last) return;
+    starts_[first].emplace_back(col, coef);
+    ends_[last].emplace_back(col, -coef);
+  }
+  // Adds the running-sum columns and their rows; returns the column of each step.
+  std::vector<int> build(LinearProgram& lp) const {
+    const size_t n = starts_.size() - 1;
+    std::vector<int> run(n);
+    for (size_t s = 0; s < n; ++s) {  // here n counts selected steps
+      run[s] = lp.add_column(0, kInfinity);
+      Terms row{{run[s], 1.0}};
+      if (s > 0) row.emplace_back(run[s - 1], -1.0);
+      for (auto [col, coef] : starts_[s]) row.emplace_back(col, -coef);
+      for (auto [col, coef] : ends_[s]) row.emplace_back(col, -coef);
+      lp.add_row(row, 0, 0);
+    }
+    return run;
+  }
+
+ private:
+  const std::vector<size_t>& selected_;
+  std::vector<Terms> starts_, ends_;
+};
+
+// The steps whose memory constraint the LP keeps: where the keep plan exceeds the budget, at most
+// `limit` of them (evenly spread, the highest always in). Dropping a constraint relaxes the LP,
+// so the bound stays valid; it only gets weaker.
+std::vector<size_t> binding_steps(const std::vector<uint64_t>& live, uint64_t budget, size_t limit) {
+  std::vector<size_t> over;
+  for (size_t s = 0; s < live.size(); ++s)
+    if (live[s] > budget) over.push_back(s);
+  if (over.size() <= limit) return over;
+  const size_t top = static_cast<size_t>(std::max_element(live.begin(), live.end()) - live.begin());
+  std::vector<size_t> out;
+  for (size_t k = 0; k < limit; ++k) out.push_back(over[k * over.size() / limit]);
+  out.push_back(top);
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+}  // namespace
+
+Result<LowerBound> plan_lower_bound(const PlanContext& ctx, const PlanFacts& facts, const LowerBoundOptions& o) {
+  const auto start = std::chrono::steady_clock::now();
+  const Graph& g = facts.g();
+  const size_t n = g.ops.size();
+  LowerBound out;
+  const double compute_us = std::accumulate(facts.op_us.begin(), facts.op_us.end(), 0.0);
+  out.us = compute_us;
+  out.method = "compute";
+  if (ctx.budget_bytes == 0) return out;  // nothing has to move: keep-all runs at compute speed
+  Schedule keep = empty_schedule(ctx, "none");
+  FERRY_ASSIGN_OR_RETURN(Program program, lower_schedule(g, keep, facts.program_options));
+  const std::vector<uint64_t> live = live_bytes_per_step(facts, program);
+  const double budget = static_cast<double>(ctx.budget_bytes);
+  if (*std::max_element(live.begin(), live.end()) <= ctx.budget_bytes) return out;
+
+  const bool swaps = !ctx.recompute_only;
+  const planner::TensorAccesses acc = planner::collect_accesses(g);
+  const std::vector<GapSpec> gaps = planner::find_gaps(facts, acc, swaps);
+  const bool ssd = ctx.tier == Tier::kSsd;
+  auto leg = [&](Link l, uint64_t bytes) { return ctx.cost.link(l).time_us(bytes); };
+
+  const std::vector<size_t> steps = binding_steps(live, ctx.budget_bytes, o.max_constrained_steps);
+  LinearProgram lp;
+  const int T = lp.add_column(0, kInfinity, 1.0);
+  RunningSum recomputed(steps), swapped_transient(steps), swapped_persistent(steps);
+  std::vector<int> out_col(g.tensors.size(), -1), cyclic_col(g.tensors.size(), -1);
+  Terms d2h{{T, -1.0}}, h2d{{T, -1.0}}, ssd_write{{T, -1.0}}, ssd_read{{T, -1.0}}, compute{{T, -1.0}};
+  auto add_out = [&](int col, TensorId t) {
+    const uint64_t bytes = g.tensor(t).bytes;
+    d2h.emplace_back(col, leg(Link::kDeviceToHost, bytes));
+    if (ssd) ssd_write.emplace_back(col, leg(Link::kSsdWrite, bytes));
+  };
+  auto add_in = [&](int col, TensorId t) {
+    const uint64_t bytes = g.tensor(t).bytes;
+    h2d.emplace_back(col, leg(Link::kHostToDevice, bytes));
+    if (ssd) ssd_read.emplace_back(col, leg(Link::kSsdRead, bytes));
+  };
+  // Persistent tensors first: their cyclic gap's column is the offload decision.
+  for (const GapSpec& c : gaps) {
+    if (!c.cyclic) continue;
+    const double b = static_cast<double>(facts.aligned_bytes(c.tensor)) / kMiB;
+    const int x = lp.add_column(0, 1);
+    cyclic_col[static_cast<size_t>(c.tensor)] = x;
+    swapped_persistent.add(x, b, c.from + 1, static_cast<int64_t>(n) - 1);
+    swapped_persistent.add(x, b, 0, c.to - 1);
+    if (acc.written[static_cast<size_t>(c.tensor)]) add_out(x, c.tensor);
+    add_in(x, c.tensor);
+  }
+  for (const GapSpec& c : gaps) {
+    if (c.cyclic) continue;
+    const TensorId t = c.tensor;
+    const bool persistent = g.tensor(t).persistent();
+    const double b = static_cast<double>(facts.aligned_bytes(t)) / kMiB;
+    Terms both;
+    if (swaps) {
+      const int x = lp.add_column(0, 1);
+      both.emplace_back(x, 1.0);
+      if (persistent) {
+        lp.add_row({{x, 1.0}, {cyclic_col[static_cast<size_t>(t)], -1.0}}, -kInfinity, 0);
+        swapped_persistent.add(x, b, c.from + 1, c.to - 1);
+      } else {
+        int& o_t = out_col[static_cast<size_t>(t)];
+        if (o_t < 0) {
+          o_t = lp.add_column(0, 1);
+          add_out(o_t, t);
+        }
+        lp.add_row({{x, 1.0}, {o_t, -1.0}}, -kInfinity, 0);
+        swapped_transient.add(x, b, c.from + 1, c.to - 1);
+      }
+      add_in(x, t);
+    }
+    if (!persistent && facts.recomputable(t)) {
+      const int y = lp.add_column(0, 1);
+      both.emplace_back(y, 1.0);
+      recomputed.add(y, b, c.from + 1, c.to - 1);
+      compute.emplace_back(y, facts.op_us[static_cast<size_t>(facts.producer[static_cast<size_t>(t)])]);
+    }
+    if (both.size() == 2) lp.add_row(both, -kInfinity, 1);
+  }
+  const std::vector<int> rec = recomputed.build(lp);
+  const std::vector<int> swt = swapped_transient.build(lp);
+  const std::vector<int> swp = swapped_persistent.build(lp);
+  // The slowest leg's rate bounds how fast bytes can leave and come back (MiB per microsecond).
+  auto rate = [&](Link a, Link b) {
+    double r = ctx.cost.link(a).bytes_per_us;
+    if (ssd) r = std::min(r, ctx.cost.link(b).bytes_per_us);
+    return r / kMiB;
+  };
+  const double out_rate = rate(Link::kDeviceToHost, Link::kSsdWrite);
+  const double in_rate = rate(Link::kHostToDevice, Link::kSsdRead);
+  std::vector<double> prefix(n + 1, 0);
+  for (size_t s = 0; s < n; ++s) prefix[s + 1] = prefix[s] + facts.op_us[s];
+  for (size_t k = 0; k < steps.size(); ++k) {
+    const size_t s = steps[k];
+    const double suffix = compute_us - prefix[s];
+    const double need = (static_cast<double>(live[s]) - budget) / kMiB;
+    const int ft = lp.add_column(0, kInfinity), fp = lp.add_column(0, kInfinity);
+    lp.add_row({{ft, 1.0}, {swt[k], -1.0}}, -kInfinity, 0);
+    lp.add_row({{fp, 1.0}, {swp[k], -1.0}}, -kInfinity, 0);
+    lp.add_row({{rec[k], 1.0}, {ft, 1.0}, {fp, 1.0}}, need, kInfinity);
+    lp.add_row({{ft, 1.0}, {T, -out_rate}}, -kInfinity, -out_rate * suffix);
+    lp.add_row({{ft, 1.0}, {T, -in_rate}}, -kInfinity, -in_rate * prefix[s]);
+  }
+  if (ctx.cost.copy_directions_concurrent()) {
+    lp.add_row(d2h, -kInfinity, 0);
+    lp.add_row(h2d, -kInfinity, 0);
+  } else {
+    Terms shared = d2h;
+    shared.insert(shared.end(), h2d.begin() + 1, h2d.end());
+    lp.add_row(shared, -kInfinity, 0);
+  }
+  if (ssd) {
+    lp.add_row(ssd_write, -kInfinity, 0);
+    lp.add_row(ssd_read, -kInfinity, 0);
+  }
+  lp.add_row(compute, -kInfinity, -compute_us);
+  out.lp_rows = lp.num_rows();
+  out.lp_columns = lp.num_columns();
+  Result<LinearProgram::Solution> sol = lp.solve(o.time_limit_s);
+  if (!sol.ok()) {
+    if (sol.status().code() == StatusCode::kUnsupported) return out;
+    return sol.status();
+  }
+  out.solve_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (sol->infeasible) {
+    out.us = kInfinity;
+    out.method = "lp";
+  } else if (sol->optimal) {
+    // A hair below the optimum: the solver's tolerances must not turn the bound into a guess.
+    out.us = std::max(compute_us, sol->objective * (1 - 1e-7));
+    out.method = "lp";
+  }
+  return out;
+}
+
+}  // namespace ferry

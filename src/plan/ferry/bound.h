@@ -1,0 +1,45 @@
+// A lower bound on the iteration time of every plan in Ferry's decision space (keep, swap,
+// recompute any gap of any tensor, offload persistent tensors, at any time) at a budget: no plan
+// the simulator can time is faster. docs/planner.md derives it; in short, a linear program over
+//   x_c, y_c in [0,1]: gap c is away by swap / by recompute (fractions: the relaxation),
+//   o_t: tensor t's swap-out happened (x_c <= o_t), f_s: bytes away by swap at step s,
+//   T: the iteration time, minimised, subject to
+//   memory   keep(s) - sum_{c ∋ s} b_c y_c - f_s <= budget          (every step s)
+//            f_s <= sum_{c ∋ s} b_c x_c
+//   transfer f_s <= rate * (T - suffix(s)),  f_s <= rate * (T - prefix(s))   (transient bytes away
+//            at s went out before s began and come back after it, on links of that rate)
+//   links    T >= total time each link (d2h, h2d, SSD write, SSD read) is busy
+//   compute  T >= sum of op times + sum_c y_c * (producer time of c)
+// Every real plan gives a feasible point with objective <= its simulated time (memory credited
+// for whole gaps, recompute charged its producer only, transfers only their link time: all
+// optimistic), so the LP optimum is a lower bound. Intervals are encoded with running sums, so
+// the LP has O(gaps + steps) non-zeros.
+#pragma once
+
+#include <string>
+
+#include "common/status.h"
+#include "plan/policy_common.h"
+
+namespace ferry {
+
+struct LowerBound {
+  double us = 0;                // no plan at this budget is faster (infinity: none fits)
+  std::string method;           // "lp" (the relaxation above) or "compute" (op times alone)
+  double solve_seconds = 0;
+  size_t lp_rows = 0, lp_columns = 0;
+};
+
+struct LowerBoundOptions {
+  // The memory constraint is kept at this many of the steps where the keep plan exceeds the
+  // budget (evenly spread, the peak included): fewer constraints make a smaller LP and a weaker,
+  // still valid, bound.
+  size_t max_constrained_steps = 256;
+  double time_limit_s = 30;
+};
+
+// The bound for ctx (its budget, tier and recompute_only). Without COIN-OR, or when the solver
+// does not finish in time, the compute bound (sum of op times), which is valid but weak.
+Result<LowerBound> plan_lower_bound(const PlanContext& ctx, const PlanFacts& facts, const LowerBoundOptions& o = {});
+
+}  // namespace ferry
