@@ -16,6 +16,7 @@
 
 #include "common/units.h"
 #include "plan/ferry/bound.h"
+#include "plan/ferry/exact.h"
 #include "plan/ferry/ferry_planner.h"
 #include "plan/policies.h"
 #include "plan/policy_common.h"
@@ -38,6 +39,12 @@ Result<PlanAttempt> plan_vdnn_conv(const PlanContext& ctx, const PlanFacts& fact
 Result<PlanAttempt> plan_ferry_default(const PlanContext& ctx, const PlanFacts& facts) {
   return plan_ferry(ctx, facts);
 }
+Result<PlanAttempt> plan_ferry_exact(const PlanContext& ctx, const PlanFacts& facts) {
+  ExactOptions o;
+  o.time_limit_s = ctx.options.checkmate_time_limit_s;
+  o.max_nodes = ctx.options.checkmate_max_nodes;
+  return plan_exact(ctx, facts, o);
+}
 
 using MinBudget = Result<uint64_t> (*)(const PlanContext&, const PlanFacts&);
 
@@ -55,6 +62,11 @@ const std::vector<Entry>& registry() {
         "freed at the peak, with link-aware prefetch; the fastest simulated of several link weights",
         true},
        plan_ferry_default},
+      {{"ferry-exact", "a POET-style MILP (Patil et al., ICML 2022) solved with CBC",
+        "the joint swap + recompute plan of least stage time, exactly, for graphs of up to 300 ops (time limit: "
+        "--checkmate-time-limit)",
+        true},
+       plan_ferry_exact},
       {{"vdnn-all", "Rhu et al., vDNN, MICRO 2016",
         "offload every layer's input after its last forward use, prefetch it one layer before backward needs it",
         false},
