@@ -241,7 +241,8 @@ class Checkmate {
 
   size_t idx(TensorId t) const { return static_cast<size_t>(t); }
   OpId nf() const { return f_.num_forward; }
-  bool in_v(TensorId t) const { return f_.recomputable(t); }
+  // Empty tensors hold nothing: they stay on the device and get no variable.
+  bool in_v(TensorId t) const { return f_.recomputable(t) && g_.tensor(t).bytes > 0; }
 
   // Which (stage, tensor) and (stage, op) pairs get a variable. need(v) = the stages that may
   // read v: its backward readers, and the stages where a forward consumer of v may be

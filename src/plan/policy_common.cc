@@ -75,6 +75,9 @@ class Completion {
           fmt::format("policy '{}' at step {}: tensor id {} out of range", in_.policy, step, a.tensor));
     const size_t t = idx(a.tensor);
     if (!born_[t]) return bug(step, a, "it does not exist yet");
+    // An empty tensor holds no memory: moving or dropping it frees nothing and costs a transfer's
+    // latency or a recompute, so it stays where it is (and plans like a graph without it).
+    if (g_.tensor(a.tensor).bytes == 0) return Status::Ok();
     switch (a.kind) {
       case ActionKind::kSwapOut:
         if (copy_[t][tier_index(a.tier)]) return Status::Ok();  // the copy is still valid: nothing to move

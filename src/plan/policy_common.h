@@ -10,7 +10,8 @@
 //   machine and makes the intent legal: it fetches on demand what an op or a recompute reads but
 //   is not on the device (swap-in from its copy, else a recompute chain), drops actions that
 //   became redundant (a swap-out to a tier that already holds a copy, a prefetch of a tensor that
-//   is on the device) and actions naming tensors that are dead by then. Policies stay short and
+//   is on the device), actions on empty (0-byte) tensors, which free nothing, and actions naming
+//   tensors that are dead by then. Policies stay short and
 //   cannot emit an illegal schedule by forgetting a prerequisite.
 // - Memory is judged as the executor places it (schedule/placement.h): blocks with step-interval
 //   lifetimes. live_bytes_per_step() counts those blocks per step without placing them (cheap,
