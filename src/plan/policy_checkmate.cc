@@ -499,7 +499,11 @@ Result<PlanAttempt> plan_checkmate(const PlanContext& ctx, const PlanFacts& fact
 }
 
 Result<uint64_t> checkmate_min_budget(const PlanContext& ctx, const PlanFacts& facts) {
-  // Any feasible solution shows a budget can be met, so probes stop at CBC's first one.
+  // Any feasible solution shows a budget can be met, so probes stop at CBC's first one. The
+  // MILP's feasibility is monotone in the budget (a solution for one budget satisfies every row
+  // for a larger one), so bisection is sound for it; what is not monotone is whether CBC finds a
+  // solution within its limits and whether the placed arena (fragmentation) stays within the
+  // budget. No scan below (lowest_fit_below): each probe is a CBC solve of seconds to minutes.
   return bisect_min_budget(ctx, facts, [&](uint64_t budget) -> Result<bool> {
     PlanContext c = ctx;
     c.budget_bytes = budget;
