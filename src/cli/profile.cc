@@ -36,8 +36,7 @@ int run_profile(const ProfileOptions& o) {
   if (o.out.empty()) return report(Status::InvalidArgument("--out FILE is required (the trace to write)"));
   Result<uint64_t> storage_bytes = parse_bytes(o.storage_bytes);
   if (!storage_bytes.ok()) return report(storage_bytes.status());
-  if (o.threads < 0) return report(Status::InvalidArgument("--threads must not be negative"));
-  if (o.threads > 0) omp_set_num_threads(o.threads);
+  if (Status s = set_compute_threads(o.threads); !s.ok()) return report(s);
   Result<Graph> g = load_graph(o.graph);
   if (!g.ok()) return report(g.status());
   Result<BackendOptions> backend_options = parse_backend_options(o.conv_algo);
@@ -91,7 +90,8 @@ void register_profile(CLI::App& app, std::function<int()>& action) {
   cmd->add_option("--hardware-out", o->hardware_out, "The hardware profile to write (default: OUT.hardware.json)");
   cmd->add_option("--iters", o->iters, "Measured iterations")->capture_default_str();
   cmd->add_option("--warmup", o->warmup, "Warm-up iterations, not measured")->capture_default_str();
-  cmd->add_option("--threads", o->threads, "Compute threads (default: all cores)");
+  cmd->add_option("--threads", o->threads,
+                  fmt::format("Compute threads (default and at most: the {} cores this process may use)", max_compute_threads()));
   cmd->add_option("--seed", o->seed, "Seed of the weights and data")->capture_default_str();
   cmd->add_option("--storage-dir", o->storage_dir, "Directory for the direct-I/O measurement (default: OUT's)");
   cmd->add_option("--storage-bytes", o->storage_bytes, "Bytes written and read per storage measurement")

@@ -293,3 +293,75 @@ TEST(Cli, PlanFindMinBudgetAndSweepJson) {
 }
 
 }  // namespace
+
+namespace {
+
+const std::string kSmallTrain = "train --model resnet-mini --batch 2 --iters 1 --no-progress";
+
+// --lr nan and --lr 0 used to become the default silently, --lr inf to fail after a NaN loss.
+TEST(Cli, LearningRateMustBeFiniteAndPositive) {
+  for (const char* lr : {"nan", "0", "inf", "-1", "1e-60", "1e60"})
+    expect_failure(kSmallTrain + " --lr " + lr, 2, "--lr must be a finite number > 0");
+  EXPECT_EQ(ferry(kSmallTrain + " --lr 0.01").code, 0);
+}
+
+// --threads 100000 crashed (SIGSEGV) and --threads 1000 crawled.
+TEST(Cli, ThreadsAreBoundedByTheCores) {
+  expect_failure(kSmallTrain + " --threads 100000", 2, "at most");
+  expect_failure("profile --model resnet-mini --batch 2 --out /nonexistent/x.json --threads 100000", 2, "at most");
+  expect_failure(kSmallTrain + " --threads -1", 2, "must not be negative");
+  EXPECT_EQ(ferry(kSmallTrain + " --threads 1").code, 0);
+}
+
+// A trace without a loss used to run and then blame the learning rate for a NaN loss.
+TEST(Cli, TrainingATraceWithoutALossSaysSo) {
+  const std::string with = temp("with_loss.json"), without = temp("without_loss.json");
+  ASSERT_EQ(ferry("analyze --model resnet-mini --batch 2 --export-trace " + with).code, 0);
+  std::ifstream in(with);
+  nlohmann::json j = nlohmann::json::parse(in);
+  j.erase("loss");
+  std::ofstream(without) << j.dump();
+  expect_failure("train --trace " + without + " --iters 1 --no-progress", 2, "names no loss tensor");
+  EXPECT_EQ(ferry("train --trace " + with + " --iters 1 --no-progress").code, 0);
+  std::filesystem::remove(with);
+  std::filesystem::remove(without);
+}
+
+// Options that would be silently ignored are bad usage, with a message saying why.
+TEST(Cli, OptionsWithoutEffectAreRefused) {
+  const std::string planned = kSmallTrain + " --policy lru --budget 80%";
+  expect_failure(kSmallTrain + " --tier ssd", 2, "--tier has no effect without --policy");
+  expect_failure(kSmallTrain + " --checksum", 2, "--checksum has no effect");
+  expect_failure(kSmallTrain + " --device v100-16gb-pcie3", 2, "--device has no effect");
+  expect_failure(planned + " --ssd-dir /tmp", 2, "--ssd-dir has no effect without --tier ssd");
+  expect_failure(planned + " --swapin-ahead 2", 2, "--swapin-ahead has no effect without --policy lms");
+  expect_failure(planned + " --checkmate-max-nodes 5", 2, "without --policy checkmate");
+  const std::string trace = std::string(FERRY_SOURCE_DIR) + "/docs/examples/tiny-trace.json";
+  for (const char* flag : {"--model resnet50", "--batch 4", "--image 64", "--seq 64", "--optimizer adam"})
+    expect_failure("analyze --trace " + trace + " " + flag, 2, "--trace excludes");
+  expect_failure("train --trace " + trace + " --lr 0.1", 2, "excludes");
+  EXPECT_EQ(ferry(planned + " --tier ssd --ssd-dir /tmp --checksum").code, 0);
+}
+
+// --budget 33%: a share of the no-swap peak of that model and shape, with the backend's sizes;
+// the JSON gives the resolved bytes and the request.
+TEST(Cli, TrainBudgetAsAPercentageOfTheNoSwapPeak) {
+  Output full = ferry(kSmallTrain + " --json --budget 100%");
+  ASSERT_EQ(full.code, 0) << full.out;
+  const auto f = nlohmann::json::parse(full.out);
+  const uint64_t peak = f["predicted_peak_bytes"].get<uint64_t>();
+  EXPECT_EQ(f["budget_bytes"].get<uint64_t>(), peak) << "100% is exactly what the keep plan needs";
+  EXPECT_EQ(f["no_swap_peak_bytes"].get<uint64_t>(), peak);
+  EXPECT_EQ(f["budget_request"], "100%");
+  Output part = ferry(kSmallTrain + " --json --policy lru --budget 80%");
+  ASSERT_EQ(part.code, 0) << part.out;
+  const auto p = nlohmann::json::parse(part.out);
+  EXPECT_EQ(p["budget_bytes"].get<uint64_t>(), peak * 8 / 10);
+  EXPECT_EQ(p["budget_request"], "80%");
+  EXPECT_LE(p["peak_device_bytes"].get<uint64_t>(), p["budget_bytes"].get<uint64_t>());
+  expect_failure(kSmallTrain + " --budget 50%", 1, "too small");
+  expect_failure(kSmallTrain + " --budget 0%", 2, "budget");
+  expect_failure(kSmallTrain + " --budget 1e19", 1, "10000000000000000000 bytes");
+}
+
+}  // namespace
