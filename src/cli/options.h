@@ -31,7 +31,7 @@ void add_learning_rate_option(CLI::App* app, GraphOptions& o);
 Result<Graph> load_graph(const GraphOptions& o);
 
 // The learning rate used when --lr is not given; see options.cc for where the numbers come from.
-double default_learning_rate(OptimizerKind optimizer, int64_t batch);
+double default_learning_rate(OptimizerKind optimizer, bool transformer, int64_t batch);
 // --lr's help text, naming the defaults.
 std::string learning_rate_help();
 

@@ -6,11 +6,11 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/file_io.h"
 #include "common/units.h"
 
 namespace ferry {
@@ -18,15 +18,6 @@ namespace ferry {
 namespace {
 
 using Json = nlohmann::json;
-
-Status write_text(const std::string& text, const std::string& path, std::string_view what) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) return Status::IoError(fmt::format("cannot write {} '{}': {}", what, path, std::strerror(errno)));
-  out << text;
-  out.close();
-  if (!out) return Status::IoError(fmt::format("cannot write {} '{}': write failed", what, path));
-  return Status::Ok();
-}
 
 // XML-escapes text for SVG.
 std::string xml(std::string_view s) {
@@ -129,7 +120,7 @@ std::string to_chrome_trace_json(const SimResult& r) {
 }
 
 Status write_chrome_trace(const SimResult& r, const std::string& path) {
-  return write_text(to_chrome_trace_json(r), path, "Chrome trace");
+  return write_file_atomically(path, to_chrome_trace_json(r), "Chrome trace");
 }
 
 std::string memory_svg(const SimResult& r, uint64_t budget_bytes) {
@@ -274,7 +265,7 @@ std::string memory_svg(const SimResult& r, uint64_t budget_bytes) {
 }
 
 Status write_memory_svg(const SimResult& r, uint64_t budget_bytes, const std::string& path) {
-  return write_text(memory_svg(r, budget_bytes), path, "memory plot");
+  return write_file_atomically(path, memory_svg(r, budget_bytes), "memory plot");
 }
 
 }  // namespace ferry

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -362,6 +363,42 @@ TEST(Cli, TrainBudgetAsAPercentageOfTheNoSwapPeak) {
   expect_failure(kSmallTrain + " --budget 50%", 1, "too small");
   expect_failure(kSmallTrain + " --budget 0%", 2, "budget");
   expect_failure(kSmallTrain + " --budget 1e19", 1, "10000000000000000000 bytes");
+}
+
+}  // namespace
+
+namespace {
+
+std::vector<double> losses_of_run(const std::string& args) {
+  Output o = ferry(args + " --json --no-progress");
+  EXPECT_EQ(o.code, 0) << args << ": " << o.out;
+  if (o.code != 0) return {};
+  std::vector<double> v;
+  const nlohmann::json j = nlohmann::json::parse(o.out);
+  for (const auto& it : j["iterations"]) v.push_back(it["loss"].get<double>());
+  return v;
+}
+
+double mean(const std::vector<double>& v, size_t from, size_t n) {
+  double s = 0;
+  for (size_t i = from; i < from + n; ++i) s += v[i];
+  return s / static_cast<double>(n);
+}
+
+// The default learning rate trains: the loss goes down on small models, and ResNet-18 at batch 2
+// (1000 classes, 2 samples an iteration: it cannot learn much in 10 iterations) stays near
+// chance, where the old default sent it from 6.9 to 36.
+TEST(Cli, DefaultLearningRatesTrain) {
+  for (const char* model : {"train --model resnet-mini --batch 16 --iters 60",
+                            "train --model gpt2-mini --batch 2 --iters 40 --optimizer adam",
+                            "train --model gpt2-mini --batch 2 --iters 40"}) {
+    const std::vector<double> l = losses_of_run(model);
+    ASSERT_GE(l.size(), 40u) << model;
+    EXPECT_LT(mean(l, l.size() - 10, 10), mean(l, 0, 10) - 0.2) << model << ": the loss must go down";
+  }
+  const std::vector<double> r18 = losses_of_run("train --model resnet18 --batch 2 --iters 10");
+  ASSERT_EQ(r18.size(), 10u);
+  for (double loss : r18) EXPECT_LT(loss, std::log(1000.0) + 2) << "resnet18 b2 diverges";
 }
 
 }  // namespace
