@@ -62,6 +62,9 @@ struct PlanContext {
   bool allow_inplace = true;               // as ProgramOptions::allow_inplace
   uint64_t alignment = 64;                 // device block alignment (OffsetAllocator's)
   PolicyOptions options{};
+  // When a plan does not fit, name the smallest budget at which the policy fits (a search of
+  // 10-100 plans); false: say only what the plan needs (sweeps, which probe many budgets).
+  bool name_smallest_budget = true;
 };
 
 // A plan and what the planner knows about it.
@@ -91,7 +94,8 @@ const std::vector<PolicyInfo>& list_policies();
 
 // Plans `policy` for ctx. Errors: InvalidArgument for an unknown policy (the message lists them),
 // bad options or an invalid graph; OutOfMemory when the plan does not fit ctx.budget_bytes, with
-// the device bytes it needs and the smallest budget at which this policy fits; Unsupported for
+// the device bytes it needs and (ctx.name_smallest_budget) the smallest budget at which this
+// policy fits; Unsupported for
 // checkmate when Ferry was built without CBC or the graph exceeds its limits.
 Result<PlanReport> plan_policy(std::string_view policy, const PlanContext& ctx);
 

@@ -151,6 +151,12 @@ Result<PlanReport> plan_policy(std::string_view policy, const PlanContext& ctx) 
   FERRY_RETURN_IF_ERROR(check_request(policy, ctx, e));
   FERRY_ASSIGN_OR_RETURN(PlanFacts facts, make_plan_facts(ctx));
   FERRY_ASSIGN_OR_RETURN(PlanAttempt a, attempt_at(*e, ctx, facts, ctx.budget_bytes));
+  if (!a.fits && !ctx.name_smallest_budget)
+    return Status::OutOfMemory(fmt::format(
+        "policy '{}' cannot fit model '{}' in {} ({} bytes): the best plan it found needs {} ({} bytes) of device "
+        "memory{}",
+        e->info.name, ctx.graph.info.model, format_bytes(ctx.budget_bytes), ctx.budget_bytes,
+        format_bytes(a.measure.device_bytes), a.measure.device_bytes, a.notes.empty() ? "" : " (" + a.notes + ")"));
   if (!a.fits) {
     FERRY_ASSIGN_OR_RETURN(uint64_t need, min_budget(*e, ctx, facts));
     return Status::OutOfMemory(fmt::format(
