@@ -34,6 +34,13 @@ struct ProfileOptions {
 
 int run_profile(const ProfileOptions& o) {
   if (o.out.empty()) return report(Status::InvalidArgument("--out FILE is required (the trace to write)"));
+  // Fail before minutes of measuring, not after.
+  for (const std::string& file : {o.out, o.hardware_out}) {
+    const std::filesystem::path dir = std::filesystem::path(file).parent_path();
+    std::error_code ec;
+    if (!file.empty() && !dir.empty() && !std::filesystem::is_directory(dir, ec))
+      return report(Status::InvalidArgument(fmt::format("cannot write '{}': '{}' is not a directory", file, dir.string())));
+  }
   Result<uint64_t> storage_bytes = parse_bytes(o.storage_bytes);
   if (!storage_bytes.ok()) return report(storage_bytes.status());
   if (Status s = set_compute_threads(o.threads); !s.ok()) return report(s);
