@@ -226,27 +226,29 @@ for idx in "${!model_arr[@]}"; do
   [[ ${margs[0]} == -* ]] && label=model || margs=(--model "${margs[@]}")  # "resnet152 --batch 16" or "--trace F ..."
   # ---- simulated
   for prof in "${prof_arr[@]}"; do
-    plan=(plan "${margs[@]}" --device "$prof" --tier host --json --precision "$precision")
+    plan=(plan "${margs[@]}" --device "$prof" --json --precision "$precision")
     if [[ $prof == local ]]; then
       p="$out/runs/m$idx-$label/local-profile"
       pargs=(profile "${margs[@]}" --out "$p.trace.json" --hardware-out "$p.hardware.json"
              --iters "$profile_iters" --warmup 1 --storage-dir "${ssd_dir:-$out}")
       [[ -n $threads ]] && pargs+=(--threads "$threads")
       run_one "$idx" "$spec" profile local none "" "" "local-profile" -- "${pargs[@]}"
-      plan=(plan --trace "$p.trace.json" --device "$p.hardware.json" --tier host --json --precision "$precision")
+      plan=(plan --trace "$p.trace.json" --device "$p.hardware.json" --json --precision "$precision")
     fi
-    [[ -n $cm_limit ]] && plan+=(--checkmate-time-limit "$cm_limit")
     run_one "$idx" "$spec" sim-ref "$prof" none "" "" "sim-$prof-none" -- "${plan[@]}" --policy none
     peak=""
     ((last_rc == 0)) && peak=$("${fmt[@]}" field "$last_prefix.json" peak_bytes)
     for pol in "${pol_arr[@]}"; do
-      run_one "$idx" "$spec" sim-min "$prof" "$pol" "" "" "sim-$prof-$pol-min" -- \
-        "${plan[@]}" --policy "$pol" --find-min-budget
+      # ferry refuses options without effect: the tier only with a policy, the CBC limit only for checkmate.
+      pplan=("${plan[@]}" --policy "$pol")
+      [[ $pol != none ]] && pplan+=(--tier host)
+      [[ $pol == checkmate && -n $cm_limit ]] && pplan+=(--checkmate-time-limit "$cm_limit")
+      run_one "$idx" "$spec" sim-min "$prof" "$pol" "" "" "sim-$prof-$pol-min" -- "${pplan[@]}" --find-min-budget
       for frac in "${frac_arr[@]}"; do
         if [[ -z $peak ]]; then step=$((step + 1)); continue; fi
         budget=$("${fmt[@]}" budget "$peak" "$frac")
         run_one "$idx" "$spec" sim "$prof" "$pol" "$frac" "$budget" "sim-$prof-$pol-$frac" -- \
-          "${plan[@]}" --policy "$pol" --budget "$budget"
+          "${pplan[@]}" --budget "$budget"
       done
     done
   done

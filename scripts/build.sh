@@ -1,14 +1,26 @@
 #!/usr/bin/env bash
-# Configures and builds Ferry. Usage: scripts/build.sh [--sanitize] ; prints the build directory.
+# Configures and builds Ferry. Usage: scripts/build.sh [--sanitize | --tsan] ; prints the build directory.
+#   --sanitize: ASan + UBSan, everything, in build-asan/
+#   --tsan:     ThreadSanitizer, the runtime's tests only (transfer engine, tiers, executor), in build-tsan/
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 dir="$root/build"
 args=(-DCMAKE_BUILD_TYPE=Release)
-if [[ ${1:-} == --sanitize ]]; then
-  dir="$root/build-asan"
-  args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DFERRY_SANITIZE=ON)
-fi
+targets=()
+case ${1:-} in
+  --sanitize)
+    dir="$root/build-asan"
+    args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DFERRY_SANITIZE=ON)
+    ;;
+  --tsan)
+    dir="$root/build-tsan"
+    args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DFERRY_TSAN=ON)
+    targets=(--target runtime_tests)
+    ;;
+  "") ;;
+  *) echo "usage: scripts/build.sh [--sanitize | --tsan]" >&2; exit 2 ;;
+esac
 "$root/scripts/install-deps.sh"
 cmake -S "$root" -B "$dir" "${args[@]}" >/dev/null
-cmake --build "$dir" -j "$(nproc)" >&2
+cmake --build "$dir" -j "$(nproc)" "${targets[@]}" >&2
 echo "$dir"

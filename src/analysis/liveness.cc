@@ -39,6 +39,10 @@ bool can_write_in_place(const Graph& g, const Op& op, const std::vector<TensorIn
   return buffer_of[static_cast<size_t>(in)] >= 0 && info[static_cast<size_t>(in)].last_use == op.id;
 }
 
+uint64_t scratch_bytes(const AnalysisOptions& options, size_t op) {
+  return options.op_scratch_bytes.empty() ? 0 : options.op_scratch_bytes[op];
+}
+
 // Running sum of a difference array: out[s] = delta[0] + ... + delta[s] for s < out.size().
 // Intermediate wrap-around of uint64 cancels out because every true partial sum fits.
 void prefix_sum(const std::vector<uint64_t>& delta, std::vector<uint64_t>& out) {
@@ -46,35 +50,29 @@ void prefix_sum(const std::vector<uint64_t>& delta, std::vector<uint64_t>& out) 
   for (size_t s = 0; s < out.size(); ++s) out[s] = running += delta[s];
 }
 
-}  // namespace
-
-Status compute_liveness(const Graph& g, const AnalysisOptions& options, Analysis& out) {
-  const size_t num_ops = g.ops.size();
+// Pass 1: distinct readers per step and per tensor; producers of transient tensors.
+void record_uses(const Graph& g, Analysis& out) {
   const size_t num_tensors = g.tensors.size();
-  FERRY_CHECK(num_ops > 0, "compute_liveness needs at least one op");
-  const OpId final_step = static_cast<OpId>(num_ops - 1);
-  auto scratch_bytes = [&](size_t op) { return options.op_scratch_bytes.empty() ? 0 : options.op_scratch_bytes[op]; };
-
-  // Pass 1: distinct readers per step and per tensor; producers of transient tensors.
-  out.step_inputs.assign(num_ops, {});
+  out.step_inputs.assign(g.ops.size(), {});
   out.tensors.assign(num_tensors, TensorInfo{});
-  std::vector<TensorInfo>& info = out.tensors;
-  {
-    std::vector<OpId> read_at(num_tensors, kNoOp);  // the last op seen reading each tensor
-    for (const Op& op : g.ops) {
-      std::vector<TensorId>& reads = out.step_inputs[static_cast<size_t>(op.id)];
-      for (TensorId t : op.inputs) {
-        if (read_at[static_cast<size_t>(t)] == op.id) continue;
-        read_at[static_cast<size_t>(t)] = op.id;
-        reads.push_back(t);
-        info[static_cast<size_t>(t)].consumers.push_back(op.id);
-      }
-      for (TensorId t : op.outputs)
-        if (!g.tensor(t).persistent()) info[static_cast<size_t>(t)].producer = op.id;
+  std::vector<OpId> read_at(num_tensors, kNoOp);  // the last op seen reading each tensor
+  for (const Op& op : g.ops) {
+    std::vector<TensorId>& reads = out.step_inputs[static_cast<size_t>(op.id)];
+    for (TensorId t : op.inputs) {
+      if (read_at[static_cast<size_t>(t)] == op.id) continue;
+      read_at[static_cast<size_t>(t)] = op.id;
+      reads.push_back(t);
+      out.tensors[static_cast<size_t>(t)].consumers.push_back(op.id);
     }
+    for (TensorId t : op.outputs)
+      if (!g.tensor(t).persistent()) out.tensors[static_cast<size_t>(t)].producer = op.id;
   }
+}
 
-  // Uses, lifetimes and idle intervals.
+// First and last use of every tensor, its last forward and first backward use, and the idle
+// interval between them.
+void compute_lifetimes(const Graph& g, std::vector<TensorInfo>& info) {
+  const OpId final_step = static_cast<OpId>(g.ops.size() - 1);
   for (const Tensor& t : g.tensors) {
     TensorInfo& ti = info[static_cast<size_t>(t.id)];
     if (t.persistent()) {
@@ -101,8 +99,11 @@ Status compute_liveness(const Graph& g, const AnalysisOptions& options, Analysis
     if (last_forward != kNoOp && first_backward != kNoOp && first_backward > last_forward)
       ti.idle_steps = first_backward - last_forward;
   }
+}
 
-  // Byte totals, checked once for overflow (see the design note).
+// Byte totals, checked once for overflow (see the design note).
+Status sum_bytes(const Graph& g, const AnalysisOptions& options, Analysis& out) {
+  const std::vector<TensorInfo>& info = out.tensors;
   out.persistent_bytes = out.weight_bytes = out.activation_bytes = 0;
   std::optional<uint64_t> tensor_total = 0, scratch_total = 0, activations = 0, persistent_region = 0;
   uint64_t max_buffers = 0;  // an upper bound on buffers: one per materialized tensor and per scratch
@@ -120,9 +121,9 @@ Status compute_liveness(const Graph& g, const AnalysisOptions& options, Analysis
     if (t.role == TensorRole::kWeight) out.weight_bytes += t.bytes;
     if (t.role == TensorRole::kActivation || t.role == TensorRole::kWorkspace) add(activations, t.bytes);
   }
-  for (size_t i = 0; i < num_ops; ++i) {
-    add(scratch_total, scratch_bytes(i));
-    max_buffers += scratch_bytes(i) > 0 ? 1 : 0;
+  for (size_t i = 0; i < g.ops.size(); ++i) {
+    add(scratch_total, scratch_bytes(options, i));
+    max_buffers += scratch_bytes(options, i) > 0 ? 1 : 0;
   }
   const std::optional<uint64_t> padding = checked_mul(max_buffers, options.alignment - 1);
   std::optional<uint64_t> total = tensor_total;
@@ -137,11 +138,15 @@ Status compute_liveness(const Graph& g, const AnalysisOptions& options, Analysis
   }
   out.activation_bytes = *activations;
   out.persistent_region_bytes = *persistent_region;
+  return Status::Ok();
+}
 
-  // Pass 2: buffers, in the order tensors come alive.
+// Pass 2: buffers, in the order tensors come alive; an in-place output joins its input's buffer.
+void build_buffers(const Graph& g, const AnalysisOptions& options, Analysis& out) {
+  std::vector<TensorInfo>& info = out.tensors;
   std::vector<Buffer>& buffers = out.buffers;
   buffers.clear();
-  std::vector<int32_t> buffer_of(num_tensors, -1);
+  std::vector<int32_t> buffer_of(g.tensors.size(), -1);
   auto open_buffer = [&](uint64_t bytes, OpId first, OpId last, TensorId tensor, OpId scratch_op) {
     Buffer b;
     b.id = static_cast<int32_t>(buffers.size());
@@ -175,22 +180,26 @@ Status compute_liveness(const Graph& g, const AnalysisOptions& options, Analysis
         open_tensor_buffer(t);
       }
     }
-    if (scratch_bytes(static_cast<size_t>(op.id)) > 0)
-      open_buffer(scratch_bytes(static_cast<size_t>(op.id)), op.id, op.id, kNoTensor, op.id);
+    if (scratch_bytes(options, static_cast<size_t>(op.id)) > 0)
+      open_buffer(scratch_bytes(options, static_cast<size_t>(op.id)), op.id, op.id, kNoTensor, op.id);
   }
-  for (size_t t = 0; t < num_tensors; ++t) info[t].buffer = buffer_of[t];
+  for (size_t t = 0; t < g.tensors.size(); ++t) info[t].buffer = buffer_of[t];
+}
 
-  // Live bytes: free at last use (per tensor, plus scratch), shared (per buffer), keep-all
-  // (everything allocated so far, plus this step's scratch: scratch is op-private, not a tensor).
+// Live bytes: free at last use (per tensor, plus scratch), shared (per buffer), keep-all
+// (everything allocated so far, plus this step's scratch: scratch is op-private, not a tensor),
+// and the three peaks.
+void compute_live_bytes(const Graph& g, const AnalysisOptions& options, Analysis& out) {
+  const size_t num_ops = g.ops.size();
   std::vector<uint64_t> free_delta(num_ops + 1, 0), shared_delta(num_ops + 1, 0), allocated_delta(num_ops + 1, 0);
   for (const Tensor& t : g.tensors) {
-    const TensorInfo& ti = info[static_cast<size_t>(t.id)];
+    const TensorInfo& ti = out.tensors[static_cast<size_t>(t.id)];
     if (!materialized(t, ti)) continue;
     free_delta[static_cast<size_t>(ti.first_use)] += t.bytes;
     free_delta[static_cast<size_t>(ti.last_use) + 1] -= t.bytes;
     allocated_delta[static_cast<size_t>(ti.first_use)] += t.bytes;
   }
-  for (const Buffer& b : buffers) {
+  for (const Buffer& b : out.buffers) {
     shared_delta[static_cast<size_t>(b.first_step)] += b.bytes;
     shared_delta[static_cast<size_t>(b.last_step) + 1] -= b.bytes;
   }
@@ -203,14 +212,25 @@ Status compute_liveness(const Graph& g, const AnalysisOptions& options, Analysis
 
   uint64_t keep_all = 0, free_at_last_use = 0, shared = 0;
   for (size_t s = 0; s < num_ops; ++s) {
-    out.live_bytes_free_at_last_use[s] += scratch_bytes(s);
-    keep_all = std::max(keep_all, allocated[s] + scratch_bytes(s));
+    out.live_bytes_free_at_last_use[s] += scratch_bytes(options, s);
+    keep_all = std::max(keep_all, allocated[s] + scratch_bytes(options, s));
     free_at_last_use = std::max(free_at_last_use, out.live_bytes_free_at_last_use[s]);
     shared = std::max(shared, out.live_bytes_shared[s]);
   }
   out.peak_bytes_keep_all = out.persistent_bytes + keep_all;
   out.peak_bytes_free_at_last_use = out.persistent_bytes + free_at_last_use;
   out.lower_bound_bytes = out.persistent_bytes + shared;
+}
+
+}  // namespace
+
+Status compute_liveness(const Graph& g, const AnalysisOptions& options, Analysis& out) {
+  FERRY_CHECK(!g.ops.empty(), "compute_liveness needs at least one op");
+  record_uses(g, out);
+  compute_lifetimes(g, out.tensors);
+  FERRY_RETURN_IF_ERROR(sum_bytes(g, options, out));
+  build_buffers(g, options, out);
+  compute_live_bytes(g, options, out);
   return Status::Ok();
 }
 

@@ -1,7 +1,6 @@
 // `ferry analyze`: structure analysis of one training iteration (execution order, per-step input
 // sets, lifetimes, peaks, static memory-sharing plan), as a summary, JSON, CSV timeline or trace.
 #include <cstdio>
-#include <fstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -9,6 +8,7 @@
 #include "analysis/analysis.h"
 #include "cli/commands.h"
 #include "cli/options.h"
+#include "common/file_io.h"
 #include "common/units.h"
 #include "graph/trace.h"
 
@@ -25,17 +25,13 @@ struct AnalyzeOptions {
 };
 
 Status write_timeline(const Graph& g, const Analysis& a, const std::string& path) {
-  std::ofstream out(path);
-  if (!out) return Status::IoError(fmt::format("cannot write timeline '{}'", path));
-  out << "step,op,phase,type,live_bytes_free_at_last_use,live_bytes_shared,persistent_bytes\n";
+  std::string csv = "step,op,phase,type,live_bytes_free_at_last_use,live_bytes_shared,persistent_bytes\n";
   for (size_t i = 0; i < g.ops.size(); ++i) {
     const Op& op = g.ops[i];
-    out << i << ",\"" << op.name << "\"," << to_string(op.phase) << ',' << to_string(op.type) << ','
-        << a.live_bytes_free_at_last_use[i] << ',' << a.live_bytes_shared[i] << ',' << a.persistent_bytes << '\n';
+    csv += fmt::format("{},\"{}\",{},{},{},{},{}\n", i, op.name, to_string(op.phase), to_string(op.type),
+                       a.live_bytes_free_at_last_use[i], a.live_bytes_shared[i], a.persistent_bytes);
   }
-  out.flush();
-  if (!out) return Status::IoError(fmt::format("error writing timeline '{}'", path));
-  return Status::Ok();
+  return write_file_atomically(path, csv, "timeline");
 }
 
 void print_steps(const Graph& g, const Analysis& a) {

@@ -1,4 +1,5 @@
 // The `ferry` command. Exit codes: 0 ok, 1 runtime failure, 2 bad usage or input.
+#include <csignal>
 #include <cstdio>
 #include <functional>
 
@@ -7,6 +8,9 @@
 #include "cli/commands.h"
 
 int main(int argc, char** argv) {
+  // A write past a file-size limit (ulimit -f) then fails with EFBIG, which the writers report as
+  // an I/O error, instead of killing the process with SIGXFSZ.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{
       "Ferry trains deep networks whose training memory does not fit on the accelerator: it analyses a\n"
       "training iteration, models what every op and transfer costs, plans which tensors to keep, swap\n"

@@ -1,6 +1,11 @@
 #include "cli/options.h"
 
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <limits>
 
 #include <fmt/format.h>
 
@@ -9,23 +14,67 @@
 
 namespace ferry::cli {
 
+namespace {
+
+constexpr double kSgdReferenceLr = 0.1;     // the ResNet recipe (He et al., 2016) ...
+constexpr double kSgdReferenceBatch = 256;  // ... at this batch (Goyal et al., 2017)
+constexpr double kDefaultAdamLr = 1e-3;     // Kingma and Ba, 2015
+// More compute threads than cores make every parallel region wait for descheduled threads:
+// resnet-mini at batch 2 took 5 ms per iteration with 1 thread and 290 ms with 3 on 2 cores.
+constexpr int kMaxThreadsPerCore = 1;
+
+}  // namespace
+
 void add_graph_options(CLI::App* app, GraphOptions& o, const std::string& default_model, int64_t default_batch) {
   o.model = default_model;
   o.batch = default_batch;
-  app->add_option("-m,--model", o.model, "Zoo model to use (see `ferry list-models`)")->capture_default_str();
-  app->add_option("--trace", o.trace, "Use an iteration recorded in a trace file (format v1, docs/trace-format.md) "
-                                      "instead of a zoo model");
-  app->add_option("-b,--batch", o.batch, "Batch size")->capture_default_str();
-  app->add_option("--image", o.image, "Input image side for CNNs (default: the model's, e.g. 224)");
-  app->add_option("--seq", o.seq, "Sequence length for transformers (default: the model's, e.g. 1024)");
-  app->add_option("--optimizer", o.optimizer, "Optimizer, whose state is part of the iteration: sgd (momentum 0.9), "
-                                              "adam, or adamw (Adam with decoupled weight decay 0.01)")
-      ->capture_default_str();
+  CLI::Option* trace =
+      app->add_option("--trace", o.trace, "Use an iteration recorded in a trace file (format v1, docs/trace-format.md) "
+                                          "instead of a zoo model");
+  CLI::Option* model =
+      app->add_option("-m,--model", o.model, "Zoo model to use (see `ferry list-models`)")->capture_default_str();
+  CLI::Option* batch = app->add_option("-b,--batch", o.batch, "Batch size")->capture_default_str();
+  CLI::Option* image = app->add_option("--image", o.image, "Input image side for CNNs (default: the model's, e.g. 224)");
+  CLI::Option* seq =
+      app->add_option("--seq", o.seq, "Sequence length for transformers (default: the model's, e.g. 1024)");
+  CLI::Option* optimizer =
+      app->add_option("--optimizer", o.optimizer, "Optimizer, whose state is part of the iteration: sgd (momentum "
+                                                  "0.9), adam, or adamw (Adam with decoupled weight decay 0.01)")
+          ->capture_default_str();
   app->add_option("--precision", o.precision,
                   "How the iteration computes: fp32 (default), tf32 (fp32 tensors, convolutions and matmuls on TF32 "
                   "tensor cores), amp-fp16 or amp-bf16 (mixed precision: 16-bit activations and gradients, fp32 master "
                   "weights with 16-bit copies, fp32 optimizer state). Sizes and the cost model follow it; a device "
                   "profile without the rate it needs is an error. `train` and `profile` run fp32 only (CPU backend)");
+  for (CLI::Option* given_by_the_trace : {model, batch, image, seq, optimizer}) trace->excludes(given_by_the_trace);
+}
+
+void add_learning_rate_option(CLI::App* app, GraphOptions& o) {
+  CLI::Option* lr = app->add_option_function<double>(
+      "--lr", [&o](double v) { o.lr = v; }, learning_rate_help());
+  if (CLI::Option* trace = app->get_option_no_throw("--trace")) trace->excludes(lr);
+}
+
+// Defaults that train every zoo model at small batches without diverging (measured; see
+// bench/README.md, "Default learning rates"):
+// - SGD (momentum 0.9) on a CNN: the ResNet recipe's lr 0.1 at batch 256, scaled linearly with
+//   the batch (Goyal et al., "Accurate, Large Minibatch SGD", 2017), at most 0.1. The old flat
+//   0.1 made ResNet-18's loss at batch 2 rise from 6.9 to 36 within ten iterations, ResNet-50's
+//   spike to 110, and VGG-16's turn NaN at the fourth.
+// - SGD on a transformer: 0.1, which trains the zoo's GPT-2 and BERT at batch 1-2 (layer norm,
+//   no batch statistics).
+// - Adam / AdamW: 1e-3 (Kingma and Ba, 2015).
+double default_learning_rate(OptimizerKind optimizer, bool transformer, int64_t batch) {
+  if (optimizer == OptimizerKind::kAdam) return kDefaultAdamLr;
+  if (transformer) return kSgdReferenceLr;
+  const double scaled = kSgdReferenceLr * static_cast<double>(std::max<int64_t>(batch, 1)) / kSgdReferenceBatch;
+  return std::min(scaled, kSgdReferenceLr);
+}
+
+std::string learning_rate_help() {
+  return fmt::format("Learning rate, finite and > 0. Default: sgd {} x batch / {} on CNNs (at most {}; linear "
+                     "scaling of the ResNet recipe), {} on transformers; adam and adamw {}",
+                     kSgdReferenceLr, kSgdReferenceBatch, kSgdReferenceLr, kSgdReferenceLr, kDefaultAdamLr);
 }
 
 namespace {
@@ -67,16 +116,23 @@ Result<Graph> load_graph(const GraphOptions& o) {
   c.seq = o.seq;
   if (o.optimizer == "sgd") {
     c.train.optimizer = OptimizerKind::kSgd;
-    c.train.lr = 0.1f;  // the usual ResNet recipe: SGD, momentum 0.9, lr 0.1
   } else if (o.optimizer == "adam" || o.optimizer == "adamw") {
     c.train.optimizer = OptimizerKind::kAdam;
-    c.train.lr = 1e-3f;
     c.train.weight_decay = o.optimizer == "adamw" ? 0.01f : 0.0f;
   } else {
     return Status::InvalidArgument(fmt::format("unknown optimizer '{}' (use sgd, adam or adamw)", o.optimizer));
   }
-  if (o.lr < 0) return Status::InvalidArgument(fmt::format("learning rate must not be negative, got {}", o.lr));
-  if (o.lr > 0) c.train.lr = o.lr;
+  const ModelEntry* entry = find_model(o.model);
+  double lr = default_learning_rate(c.train.optimizer, entry && entry->family == ModelFamily::kTransformer, o.batch);
+  if (o.lr) {
+    // Stored as a float in the update ops: it must be finite and > 0 there too.
+    if (!std::isfinite(*o.lr) || *o.lr <= 0 || *o.lr > std::numeric_limits<float>::max() ||
+        static_cast<float>(*o.lr) <= 0)
+      return Status::InvalidArgument(
+          fmt::format("--lr must be a finite number > 0 (and within float range), got {}", *o.lr));
+    lr = *o.lr;
+  }
+  c.train.lr = static_cast<float>(lr);
   return build_model(o.model, c);
 }
 
@@ -89,6 +145,24 @@ std::string describe(const Graph& g) {
   parts.emplace_back(to_string(g.info.optimizer));
   if (g.info.precision != Precision::kFp32) parts.emplace_back(to_string(g.info.precision));
   return fmt::format("{} ({})", s, fmt::join(parts, ", "));
+}
+
+int max_compute_threads() { return kMaxThreadsPerCore * std::max(omp_get_num_procs(), 1); }
+
+Status set_compute_threads(int threads) {
+  if (threads < 0) return Status::InvalidArgument(fmt::format("--threads must not be negative, got {}", threads));
+  if (threads > max_compute_threads())
+    return Status::InvalidArgument(fmt::format(
+        "--threads {} is too many: at most {}, the cores this process may use; more threads than cores make every "
+        "kernel wait for descheduled threads",
+        threads, max_compute_threads()));
+  if (threads > 0) omp_set_num_threads(threads);
+  return Status::Ok();
+}
+
+Status check_option_used(const CLI::App& cmd, const std::string& option, bool used, const std::string& condition) {
+  if (used || cmd.count(option) == 0) return Status::Ok();
+  return Status::InvalidArgument(fmt::format("{} has no effect {}", option, condition));
 }
 
 int report(const Status& s) {

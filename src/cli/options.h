@@ -1,6 +1,7 @@
 // Options shared by the `ferry` subcommands: which graph to work on, and output helpers.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -17,16 +18,35 @@ struct GraphOptions {
   int64_t image = 0;
   int64_t seq = 0;
   std::string optimizer = "sgd";
-  float lr = 0.0f;  // 0 = the optimizer's default
+  std::optional<double> lr;  // --lr; absent: default_learning_rate()
   std::string precision;  // "" = not given: fp32 for zoo models, the trace's own for traces
 };
 
-// Adds --model/--trace/--batch/--image/--seq/--optimizer/--precision to a subcommand.
+// Adds --model/--trace/--batch/--image/--seq/--optimizer/--precision to a subcommand (--trace
+// excludes the model and shape options: a trace carries its own).
 void add_graph_options(CLI::App* app, GraphOptions& o, const std::string& default_model, int64_t default_batch);
+// Adds --lr (train only); it excludes --trace, whose update ops carry their own rates.
+void add_learning_rate_option(CLI::App* app, GraphOptions& o);
 // Builds the zoo model (in --precision) or loads the trace the options name. A trace keeps its own
-// precision; --precision may only switch an fp32 trace to tf32 or back (same tensors), else it is
-// InvalidArgument.
+// precision; --precision may only switch an fp32 trace to tf32 or back (same tensors). Errors:
+// InvalidArgument for an unknown model or optimizer, sizes out of range, a learning rate that is
+// not finite and > 0, a precision a trace cannot take.
 Result<Graph> load_graph(const GraphOptions& o);
+
+// The learning rate used when --lr is not given; see options.cc for where the numbers come from.
+double default_learning_rate(OptimizerKind optimizer, bool transformer, int64_t batch);
+// --lr's help text, naming the defaults.
+std::string learning_rate_help();
+
+// Sets the compute threads (0 = all cores). InvalidArgument for a negative count or one above
+// max_compute_threads(), the cores this process may use (more only slow the kernels down, by
+// 50x at 3 threads on 2 cores, and 10^5 of them crashed OpenMP).
+Status set_compute_threads(int threads);
+int max_compute_threads();
+
+// InvalidArgument "OPTION has no effect CONDITION" when `option` was given on `cmd` while `used`
+// is false: flags that would be silently ignored are bad usage.
+Status check_option_used(const CLI::App& cmd, const std::string& option, bool used, const std::string& condition);
 // A one-line description: "resnet50 (batch 32, image 224, sgd)".
 std::string describe(const Graph& g);
 

@@ -1,6 +1,9 @@
 // `ferry plan`: predict, before running, what one training iteration costs under a plan on a
 // device: iteration time, stalls, peak memory, whether it fits; as text, JSON, a Chrome trace and
-// an SVG plot of device memory against the budget.
+// an SVG plot of device memory against the budget. Every figure is a prediction (simulated).
+#include <unistd.h>
+
+#include <cmath>
 #include <cstdio>
 
 #include <fmt/format.h>
@@ -10,6 +13,7 @@
 #include "cli/commands.h"
 #include "cli/options.h"
 #include "cli/planning.h"
+#include "common/file_io.h"
 #include "common/units.h"
 #include "cost/cost_model.h"
 #include "cost/profile.h"
@@ -22,6 +26,7 @@ namespace ferry::cli {
 namespace {
 
 struct PlanOptions {
+  const CLI::App* cmd = nullptr;  // to ask which options were given
   GraphOptions graph;
   std::string device = "cpu-local";
   std::string budget;
@@ -37,14 +42,89 @@ struct PlanOptions {
   std::string conv_algo = "auto";
 };
 
-nlohmann::json to_json(const SimResult& r, uint64_t budget) {
+// What a plan is made for: the graph with the sizes it plans with, the device, the budget.
+struct PlanSetup {
+  Graph graph;
+  HardwareProfile hw;
+  bool backend_sizes = false;  // a cpu profile: the CPU backend's tensor sizes and scratch
+  BackendOptions backend_options;
+  std::vector<uint64_t> scratch;
+  Tier tier = Tier::kHost;
+  std::optional<BudgetSpec> budget;  // --budget as given
+  uint64_t budget_bytes = 0;         // resolved (default: the device's capacity)
+  uint64_t no_swap_peak_bytes = 0;   // the keep plan's device bytes, when a percentage needed it
+};
+
+// Bad values, and options that would be silently ignored.
+Status check_plan_options(const PlanOptions& o) {
+  const CLI::App& cmd = *o.cmd;
+  if (o.policy == "all" && !o.sweep)
+    return Status::InvalidArgument("--policy all needs --sweep (one plan is made for one policy)");
+  const bool search = o.find_min_budget || o.sweep;
+  const std::string what = o.sweep ? "with --sweep" : "with --find-min-budget";
+  FERRY_RETURN_IF_ERROR(check_option_used(cmd, "--budget", !search, what + " (it chooses the budgets)"));
+  FERRY_RETURN_IF_ERROR(check_option_used(cmd, "--trace-out", !search, what));
+  FERRY_RETURN_IF_ERROR(check_option_used(cmd, "--plot", !o.find_min_budget, "with --find-min-budget"));
+  const bool all = o.policy == "all";
+  FERRY_RETURN_IF_ERROR(check_option_used(cmd, "--swapin-ahead", all || o.policy == "lms", "without --policy lms"));
+  for (const char* checkmate : {"--checkmate-time-limit", "--checkmate-max-nodes"})
+    FERRY_RETURN_IF_ERROR(check_option_used(cmd, checkmate, all || o.policy == "checkmate",
+                                            "without --policy checkmate"));
+  FERRY_RETURN_IF_ERROR(check_option_used(cmd, "--tier", o.policy != "none", "with --policy none (it swaps nothing)"));
+  return Status::Ok();
+}
+
+// Graph, device and sizes; the budget resolved and checked against the device's capacity.
+Result<PlanSetup> set_up_plan(const PlanOptions& o) {
+  PlanSetup s;
+  if (!o.budget.empty()) {
+    FERRY_ASSIGN_OR_RETURN(BudgetSpec budget, parse_budget(o.budget));
+    s.budget = budget;
+  }
+  FERRY_ASSIGN_OR_RETURN(s.graph, load_graph(o.graph));
+  FERRY_ASSIGN_OR_RETURN(s.hw, load_profile(o.device));
+  FERRY_RETURN_IF_ERROR(check_precision(s.hw, s.graph.info.precision));
+  FERRY_ASSIGN_OR_RETURN(s.tier, parse_tier(o.tier));
+  FERRY_ASSIGN_OR_RETURN(s.backend_options, parse_backend_options(o.conv_algo));
+  // On this machine's CPU backend, plan with its real sizes (blocked layouts, oneDNN scratch), so
+  // that predictions match `ferry train` byte for byte; elsewhere with the graph's logical sizes.
+  const bool local = s.hw.name.rfind("cpu", 0) == 0;
+  FERRY_RETURN_IF_ERROR(check_option_used(*o.cmd, "--logical-sizes", local, "on a non-cpu device profile"));
+  s.backend_sizes = local && !o.logical_sizes;
+  FERRY_RETURN_IF_ERROR(check_option_used(*o.cmd, "--conv-algo", s.backend_sizes,
+                                          "without the CPU backend's sizes (a cpu profile, no --logical-sizes)"));
+  if (s.backend_sizes) {
+    FERRY_ASSIGN_OR_RETURN(s.scratch, apply_backend_sizes(s.graph, s.backend_options));
+  }
+  s.budget_bytes = s.hw.memory_capacity_bytes;
+  if (!s.budget) return s;
+  if (s.budget->percent) {
+    const CostModel cost(s.hw);
+    PlanContext none{.graph = s.graph, .cost = cost, .budget_bytes = 0, .tier = s.tier, .op_scratch_bytes = s.scratch};
+    FERRY_ASSIGN_OR_RETURN(PlanReport keep, plan_policy("none", none));
+    s.no_swap_peak_bytes = keep.device_bytes;
+  }
+  s.budget_bytes = s.budget->resolve(s.no_swap_peak_bytes);
+  if (s.budget_bytes > s.hw.memory_capacity_bytes)
+    return Status::InvalidArgument(fmt::format(
+        "--budget {} ({} bytes) exceeds the memory capacity of device '{}', {} ({} bytes): a plan for it could not "
+        "run there (use a profile with more memory, or a smaller budget)",
+        s.budget->describe(s.no_swap_peak_bytes), s.budget_bytes, s.hw.name, format_bytes(s.hw.memory_capacity_bytes),
+        s.hw.memory_capacity_bytes));
+  return s;
+}
+
+nlohmann::json to_json(const SimResult& r, const PlanSetup& s) {
   nlohmann::json j;
   j["model"] = r.model;
   j["device"] = r.device;
   j["policy"] = r.policy;
   j["feasible"] = r.feasible;
   if (!r.feasible) j["reason"] = r.reason;
-  j["budget_bytes"] = budget;
+  j["budget_bytes"] = s.budget_bytes;
+  j["budget_request"] = s.budget ? nlohmann::json(s.budget->text) : nlohmann::json();
+  if (s.no_swap_peak_bytes > 0) j["no_swap_peak_bytes"] = s.no_swap_peak_bytes;
+  j["precision"] = std::string(to_string(s.graph.info.precision));
   j["iteration_ms"] = r.iteration_us / 1e3;
   j["compute_ms"] = r.compute_busy_us / 1e3;
   j["recompute_ms"] = r.recompute_us / 1e3;
@@ -65,14 +145,64 @@ nlohmann::json to_json(const SimResult& r, uint64_t budget) {
   return j;
 }
 
-// Predicted iteration time vs budget for one or all policies; an SVG with --plot.
-int run_sweep(const PlanOptions& o, const Graph& g, const CostModel& cost, PlanContext base) {
+// A small SVG line chart of a sweep: slowdown vs budget fraction, one line per policy.
+std::string sweep_svg(const std::string& title, uint64_t peak, double reference_us, const std::vector<double>& fractions,
+                      const std::vector<std::string>& policies, const std::vector<std::vector<double>>& table_ms) {
+  const double w = 860, h = 480, l = 70, r = 180, t = 40, b = 60;
+  const double ymax = 4.0;
+  std::string svg = fmt::format("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
+                                "font-family=\"Helvetica, Arial, sans-serif\" font-size=\"12\">\n"
+                                "<rect width=\"{}\" height=\"{}\" fill=\"white\"/>\n", w, h, w, h);
+  svg += fmt::format("<text x=\"{}\" y=\"24\" font-size=\"15\" font-weight=\"bold\">{}: predicted slowdown vs "
+                     "memory budget</text>\n", l, title);
+  auto X = [&](double f) { return l + (1.0 - f) / 0.9 * (w - l - r); };
+  auto Y = [&](double s) { return h - b - (std::min(s, ymax) - 1.0) / (ymax - 1.0) * (h - t - b); };
+  for (double s = 1.0; s <= ymax + 1e-9; s += 0.5)
+    svg += fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" stroke=\"#ddd\"/><text x=\"{}\" "
+                       "y=\"{:.1f}\" text-anchor=\"end\">{:.1f}x</text>\n", l, Y(s), w - r, Y(s), l - 6, Y(s) + 4, s);
+  for (double f : fractions)
+    svg += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{:.0f}%</text>\n", X(f), h - b + 18,
+                       f * 100);
+  svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">budget (% of the no-swap peak, {})</text>\n",
+                     (l + w - r) / 2, h - 18, format_bytes(peak));
+  static const char* kColors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+                                  "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+  for (size_t i = 0; i < table_ms.size(); ++i) {
+    std::string pts;
+    for (size_t k = 0; k < fractions.size(); ++k)
+      if (table_ms[i][k] > 0)
+        pts += fmt::format("{:.1f},{:.1f} ", X(fractions[k]), Y(table_ms[i][k] * 1e3 / reference_us));
+    const char* c = kColors[i % 10];
+    svg += fmt::format("<polyline points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\"/>\n", pts, c);
+    svg += fmt::format("<text x=\"{}\" y=\"{}\" fill=\"{}\">{}</text>\n", w - r + 12, t + 18 * (i + 1), c,
+                       policies[i]);
+  }
+  svg += "</svg>\n";
+  return svg;
+}
+
+// Predicted iteration time at a budget, or -1 when the policy cannot fit it.
+double predicted_ms(const std::string& policy, PlanContext ctx, const Graph& g, const CostModel& cost,
+                    const SimOptions& so) {
+  Result<PlanReport> plan = plan_policy(policy, ctx);
+  if (!plan.ok()) return -1;
+  SimOptions s = so;
+  s.budget_bytes = ctx.budget_bytes;
+  Result<SimResult> r = simulate(g, plan->schedule, cost, s);
+  return r.ok() && r->feasible ? r->iteration_us / 1e3 : -1;
+}
+
+// Predicted iteration time vs budget for one or all policies; an SVG with --plot. Progress goes
+// to stderr when it is a terminal.
+int run_sweep(const PlanOptions& o, const PlanSetup& s, const CostModel& cost, PlanContext base) {
   std::vector<std::string> policies;
   if (o.policy == "all") {
     for (const PolicyInfo& p : list_policies()) policies.push_back(p.name);
   } else {
     policies.push_back(o.policy);
   }
+  // A cell only needs to know whether the policy fits, not the smallest budget that would.
+  base.name_smallest_budget = false;
   PlanContext unlimited = base;
   unlimited.budget_bytes = 0;
   Result<PlanReport> none = plan_policy("none", unlimited);
@@ -80,195 +210,168 @@ int run_sweep(const PlanOptions& o, const Graph& g, const CostModel& cost, PlanC
   SimOptions so;
   so.op_scratch_bytes = base.op_scratch_bytes;
   so.record_timeline = false;
-  Result<SimResult> ref = simulate(g, none->schedule, cost, so);
+  Result<SimResult> ref = simulate(s.graph, none->schedule, cost, so);
   if (!ref.ok()) return report(ref.status());
   const uint64_t peak = ref->peak_device_bytes;
+  const uint64_t capacity = s.hw.memory_capacity_bytes;
   const std::vector<double> fractions = {1.0, 0.9, 0.75, 0.6, 0.5, 0.4, 0.33, 0.25, 0.2, 0.15, 0.1};
   nlohmann::json rows = nlohmann::json::array();
   // --json: only the JSON rows on stdout, so that scripts can parse it; otherwise a table.
   auto say = [&](auto... args) {
     if (!o.json) std::printf(args...);
   };
-  say("%s on %s: predicted iteration time (ms) / slowdown vs no limit (%.2f ms, peak %s)\n", describe(g).c_str(),
+  const bool show_progress = isatty(STDERR_FILENO) != 0;
+  const size_t cells = policies.size() * fractions.size();
+  say("%s on %s: predicted iteration time (ms) / slowdown vs no limit (%.2f ms, peak %s)\n", describe(s.graph).c_str(),
       cost.profile().name.c_str(), ref->iteration_us / 1e3, format_bytes(peak).c_str());
   say("%-16s", "policy");
   for (double f : fractions) say(" %9.0f%%", f * 100);
   say("\n");
+  bool any_over_capacity = false;
   std::vector<std::vector<double>> table;
   for (const std::string& p : policies) {
     say("%-16s", p.c_str());
     std::vector<double> line;
     for (double f : fractions) {
+      if (show_progress)
+        std::fprintf(stderr, "\r  [sweep %zu/%zu: %s at %.0f%%]    ", table.size() * fractions.size() + line.size() + 1,
+                     cells, p.c_str(), f * 100);
       PlanContext ctx = base;
       ctx.budget_bytes = static_cast<uint64_t>(static_cast<double>(peak) * f);
-      Result<PlanReport> plan = plan_policy(p, ctx);
-      double ms = -1;
-      if (plan.ok()) {
-        SimOptions s = so;
-        s.budget_bytes = ctx.budget_bytes;
-        Result<SimResult> r = simulate(g, plan->schedule, cost, s);
-        if (r.ok() && r->feasible) ms = r->iteration_us / 1e3;
-      }
+      const double ms = predicted_ms(p, ctx, s.graph, cost, so);
+      const bool over = ctx.budget_bytes > capacity;
+      any_over_capacity |= over && ms >= 0;
       line.push_back(ms);
       rows.push_back({{"policy", p}, {"budget_fraction", f}, {"budget_bytes", ctx.budget_bytes},
+                      {"exceeds_device_capacity", over},
                       {"iteration_ms", ms < 0 ? nlohmann::json() : nlohmann::json(ms)}});
+      if (show_progress) std::fprintf(stderr, "\r%60s\r", "");
       if (ms < 0) say(" %10s", "-");
-      else say(" %5.0f x%3.2f", ms, ms * 1e3 / ref->iteration_us);
+      else say(" %5.0f x%3.2f%s", ms, ms * 1e3 / ref->iteration_us, over ? "!" : "");
       if (!o.json) std::fflush(stdout);
     }
     say("\n");
     table.push_back(line);
   }
   say("(- = the policy cannot fit that budget)\n");
+  if (any_over_capacity)
+    say("(! = the budget exceeds the device's memory capacity of %s: predicted, but it could not run there)\n",
+        format_bytes(capacity).c_str());
   if (o.json) std::printf("%s\n", rows.dump(2).c_str());
   if (!o.plot.empty()) {
-    // A small SVG line chart: slowdown vs budget fraction, one line per policy.
-    const double w = 860, h = 480, l = 70, r = 180, t = 40, b = 60;
-    const double ymax = 4.0;
-    std::string svg = fmt::format("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" "
-                                  "font-family=\"Helvetica, Arial, sans-serif\" font-size=\"12\">\n"
-                                  "<rect width=\"{}\" height=\"{}\" fill=\"white\"/>\n", w, h, w, h);
-    svg += fmt::format("<text x=\"{}\" y=\"24\" font-size=\"15\" font-weight=\"bold\">{} on {}: slowdown vs "
-                       "memory budget</text>\n", l, describe(g), cost.profile().name);
-    auto X = [&](double f) { return l + (1.0 - f) / 0.9 * (w - l - r); };
-    auto Y = [&](double s) { return h - b - (std::min(s, ymax) - 1.0) / (ymax - 1.0) * (h - t - b); };
-    for (double s = 1.0; s <= ymax + 1e-9; s += 0.5)
-      svg += fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" stroke=\"#ddd\"/><text x=\"{}\" "
-                         "y=\"{:.1f}\" text-anchor=\"end\">{:.1f}x</text>\n", l, Y(s), w - r, Y(s), l - 6, Y(s) + 4, s);
-    for (double f : fractions)
-      svg += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\">{:.0f}%</text>\n", X(f), h - b + 18,
-                         f * 100);
-    svg += fmt::format("<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">budget (% of the no-swap peak, {})</text>\n",
-                       (l + w - r) / 2, h - 18, format_bytes(peak));
-    static const char* kColors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
-                                    "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
-    for (size_t i = 0; i < table.size(); ++i) {
-      std::string pts;
-      for (size_t k = 0; k < fractions.size(); ++k)
-        if (table[i][k] > 0)
-          pts += fmt::format("{:.1f},{:.1f} ", X(fractions[k]), Y(table[i][k] * 1e3 / ref->iteration_us));
-      const char* c = kColors[i % 10];
-      svg += fmt::format("<polyline points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\"/>\n", pts, c);
-      svg += fmt::format("<text x=\"{}\" y=\"{}\" fill=\"{}\">{}</text>\n", w - r + 12, t + 18 * (i + 1), c,
-                         policies[i]);
-    }
-    svg += "</svg>\n";
-    FILE* f = std::fopen(o.plot.c_str(), "w");
-    if (!f || std::fwrite(svg.data(), 1, svg.size(), f) != svg.size()) {
-      if (f) std::fclose(f);
-      return report(Status::IoError(fmt::format("cannot write '{}'", o.plot)));
-    }
-    std::fclose(f);
+    const std::string title = fmt::format("{} on {}", describe(s.graph), cost.profile().name);
+    Status st = write_file_atomically(o.plot, sweep_svg(title, peak, ref->iteration_us, fractions, policies, table),
+                                      "sweep plot");
+    if (!st.ok()) return report(st);
     std::fprintf(o.json ? stderr : stdout, "plot written to %s\n", o.plot.c_str());
   }
   return 0;
 }
 
+int run_find_min_budget(const PlanOptions& o, const PlanSetup& s, const PlanContext& ctx) {
+  Result<uint64_t> min = find_min_budget(o.policy, ctx);
+  if (!min.ok()) return report(min.status());
+  const uint64_t capacity = s.hw.memory_capacity_bytes;
+  const bool over = *min > capacity;
+  if (o.json) {
+    nlohmann::json j;
+    j["policy"] = o.policy;
+    j["min_budget_bytes"] = *min;
+    j["device_capacity_bytes"] = capacity;
+    j["exceeds_device_capacity"] = over;
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("%s with policy %s fits in %s (%llu bytes) at the least%s\n", describe(s.graph).c_str(),
+                o.policy.c_str(), format_bytes(*min).c_str(), static_cast<unsigned long long>(*min),
+                over ? fmt::format(", more than the {} of device '{}'", format_bytes(capacity), s.hw.name).c_str()
+                     : "");
+  }
+  return 0;
+}
+
+void print_plan_summary(const PlanOptions& o, const PlanSetup& s, const PlanReport& planned, const SimResult& r,
+                        const LowerBound& bound) {
+  const std::string budget = s.budget ? s.budget->describe(s.no_swap_peak_bytes)
+                                      : format_bytes(s.budget_bytes) + " (the device's capacity)";
+  std::printf("%s on %s, policy %s, budget %s; predicted (simulated):\n", describe(s.graph).c_str(),
+              s.hw.name.c_str(), o.policy.c_str(), budget.c_str());
+  std::printf("  %s\n", r.feasible ? "fits" : ("DOES NOT FIT: " + r.reason).c_str());
+  std::printf("  plan        %zu tensors swapped to %s, %zu recomputed%s%s\n", planned.swapped_tensors, o.tier.c_str(),
+              planned.recomputed_tensors, planned.notes.empty() ? "" : "; ", planned.notes.c_str());
+  std::printf("  iteration   %10.2f ms  (compute %.2f ms, recompute %.2f ms, stalls %.2f ms)\n", r.iteration_us / 1e3,
+              r.compute_busy_us / 1e3, r.recompute_us / 1e3, r.stall_us / 1e3);
+  std::printf("  bound       %10.2f ms  no plan at this budget is faster (%s); this plan is %.3fx the bound\n",
+              bound.us / 1e3, bound.method == "lp" ? "LP relaxation" : "sum of op times", r.iteration_us / bound.us);
+  std::printf("  device peak %10s  (weights and optimizer state %s)\n", format_bytes(r.peak_device_bytes).c_str(),
+              format_bytes(r.persistent_bytes).c_str());
+  std::printf("  moved       d2h %s, h2d %s, ssd_write %s, ssd_read %s\n", format_bytes(r.bytes_d2h).c_str(),
+              format_bytes(r.bytes_h2d).c_str(), format_bytes(r.bytes_ssd_write).c_str(),
+              format_bytes(r.bytes_ssd_read).c_str());
+  for (size_t i = 0; i < std::min<size_t>(3, r.top_stalls.size()); ++i) {
+    const Stall& st = r.top_stalls[i];
+    if (st.wait_us < 1.0) continue;
+    std::printf("  stall       %.2f ms at step %d ('%s') waiting for '%s'\n", st.wait_us / 1e3, st.step,
+                s.graph.op(st.step).name.c_str(), st.tensor != kNoTensor ? s.graph.tensor(st.tensor).name.c_str() : "?");
+  }
+  if (!o.trace_out.empty())
+    std::printf("  timeline written to %s (open it in Perfetto or chrome://tracing)\n", o.trace_out.c_str());
+  if (!o.plot.empty()) std::printf("  memory plot written to %s\n", o.plot.c_str());
+}
+
 int run_plan(const PlanOptions& o) {
-  Result<Graph> g = load_graph(o.graph);
-  if (!g.ok()) return report(g.status());
-  Result<HardwareProfile> hw = load_profile(o.device);
-  if (!hw.ok()) return report(hw.status());
-  if (Status s = check_precision(*hw, g->info.precision); !s.ok()) return report(s);
-  uint64_t budget = hw->memory_capacity_bytes;
-  if (!o.budget.empty()) {
-    Result<uint64_t> b = parse_bytes(o.budget);
-    if (!b.ok()) return report(b.status());
-    if (*b == 0) return report(Status::InvalidArgument("--budget must be positive"));
-    budget = *b;
-  }
-  // On this machine's CPU backend, plan with its real sizes (blocked layouts, oneDNN scratch), so
-  // that predictions match `ferry train` byte for byte; elsewhere with the graph's logical sizes.
-  std::vector<uint64_t> scratch;
-  const bool local = hw->name.rfind("cpu", 0) == 0;
-  Result<BackendOptions> backend_options = parse_backend_options(o.conv_algo);
-  if (!backend_options.ok()) return report(backend_options.status());
-  if (local && !o.logical_sizes) {
-    Result<std::vector<uint64_t>> s = apply_backend_sizes(*g, *backend_options);
-    if (!s.ok()) return report(s.status());
-    scratch = std::move(*s);
-  }
-  Result<Tier> tier = parse_tier(o.tier);
-  if (!tier.ok()) return report(tier.status());
-  CostModel cost(*hw);
-  PlanContext ctx{.graph = *g, .cost = cost, .budget_bytes = budget, .tier = *tier, .op_scratch_bytes = scratch};
+  if (Status st = check_plan_options(o); !st.ok()) return report(st);
+  Result<PlanSetup> setup = set_up_plan(o);
+  if (!setup.ok()) return report(setup.status());
+  const PlanSetup& s = *setup;
+  const CostModel cost(s.hw);
+  PlanContext ctx{.graph = s.graph, .cost = cost, .budget_bytes = s.budget_bytes, .tier = s.tier,
+                  .op_scratch_bytes = s.scratch};
   ctx.options = o.policy_options;
-  if (o.sweep) return run_sweep(o, *g, cost, ctx);
-  if (o.find_min_budget) {
-    Result<uint64_t> min = find_min_budget(o.policy, ctx);
-    if (!min.ok()) return report(min.status());
-    if (o.json) {
-      std::printf("{\"policy\": \"%s\", \"min_budget_bytes\": %llu}\n", o.policy.c_str(),
-                  static_cast<unsigned long long>(*min));
-    } else {
-      std::printf("%s with policy %s fits in %s (%llu bytes) at the least\n", describe(*g).c_str(), o.policy.c_str(),
-                  format_bytes(*min).c_str(), static_cast<unsigned long long>(*min));
-    }
-    return 0;
-  }
+  if (o.sweep) return run_sweep(o, s, cost, ctx);
+  if (o.find_min_budget) return run_find_min_budget(o, s, ctx);
   Result<PlanReport> planned = plan_policy(o.policy, ctx);
-  if (!planned.ok() && local && !o.logical_sizes)
-    planned = with_conv_hint(planned.status(), *g, *backend_options);
+  if (!planned.ok() && s.backend_sizes) planned = with_conv_hint(planned.status(), s.graph, s.backend_options);
   if (!planned.ok() && planned.status().code() == StatusCode::kOutOfMemory && o.json) {
     // The honest answer to "does it fit?" is a JSON "no", with the reason and the numbers.
     nlohmann::json j;
-    j["model"] = g->info.model;
-    j["device"] = hw->name;
+    j["model"] = s.graph.info.model;
+    j["device"] = s.hw.name;
     j["policy"] = o.policy;
     j["feasible"] = false;
     j["reason"] = planned.status().message();
-    j["budget_bytes"] = budget;
+    j["budget_bytes"] = s.budget_bytes;
+    j["budget_request"] = s.budget ? nlohmann::json(s.budget->text) : nlohmann::json();
     std::printf("%s\n", j.dump(2).c_str());
     return 1;
   }
   if (!planned.ok()) return report(planned.status());
   Schedule schedule = planned->schedule;
-  schedule.budget_bytes = budget;
+  schedule.budget_bytes = s.budget_bytes;
   SimOptions so;
-  so.budget_bytes = budget;
-  so.op_scratch_bytes = scratch;
+  so.budget_bytes = s.budget_bytes;
+  so.op_scratch_bytes = s.scratch;
   so.record_timeline = !o.trace_out.empty() || !o.plot.empty();
-  Result<SimResult> r = simulate(*g, schedule, cost, so);
+  Result<SimResult> r = simulate(s.graph, schedule, cost, so);
   if (!r.ok()) return report(r.status());
+  if (!std::isfinite(r->iteration_us))  // the profile's bounds should make this impossible
+    return report(Status::InvalidArgument(fmt::format(
+        "device profile '{}' makes the predicted iteration time {}: check its rates and latencies", s.hw.name,
+        r->iteration_us)));
   if (!o.trace_out.empty())
-    if (Status s = write_chrome_trace(*r, o.trace_out); !s.ok()) return report(s);
+    if (Status st = write_chrome_trace(*r, o.trace_out); !st.ok()) return report(st);
   if (!o.plot.empty())
-    if (Status s = write_memory_svg(*r, budget, o.plot); !s.ok()) return report(s);
+    if (Status st = write_memory_svg(*r, s.budget_bytes, o.plot); !st.ok()) return report(st);
   // The bound: no plan in Ferry's decision space at this budget is faster (plan/ferry/bound.h).
   Result<LowerBound> bound = lower_bound(ctx);
   if (!bound.ok()) return report(bound.status());
-  const double gap = r->iteration_us / bound->us;
   if (o.json) {
-    nlohmann::json j = to_json(*r, budget);
-    j["precision"] = std::string(to_string(g->info.precision));
+    nlohmann::json j = to_json(*r, s);
     j["lower_bound_ms"] = bound->us / 1e3;
     j["lower_bound_method"] = bound->method;
-    j["gap"] = gap;
+    j["gap"] = r->iteration_us / bound->us;
     std::printf("%s\n", j.dump(2).c_str());
   } else {
-    std::printf("%s on %s, policy %s, budget %s\n", describe(*g).c_str(), hw->name.c_str(), o.policy.c_str(),
-                format_bytes(budget).c_str());
-    std::printf("  %s\n", r->feasible ? "fits" : ("DOES NOT FIT: " + r->reason).c_str());
-    std::printf("  plan        %zu tensors swapped to %s, %zu recomputed%s%s\n", planned->swapped_tensors,
-                o.tier.c_str(), planned->recomputed_tensors, planned->notes.empty() ? "" : "; ",
-                planned->notes.c_str());
-    std::printf("  iteration   %10.2f ms  (compute %.2f ms, recompute %.2f ms, stalls %.2f ms)\n",
-                r->iteration_us / 1e3, r->compute_busy_us / 1e3, r->recompute_us / 1e3, r->stall_us / 1e3);
-    std::printf("  bound       %10.2f ms  no plan at this budget is faster (%s); this plan is %.3fx the bound\n",
-                bound->us / 1e3, bound->method == "lp" ? "LP relaxation" : "sum of op times", gap);
-    std::printf("  device peak %10s  (weights and optimizer state %s)\n", format_bytes(r->peak_device_bytes).c_str(),
-                format_bytes(r->persistent_bytes).c_str());
-    std::printf("  moved       d2h %s, h2d %s, ssd_write %s, ssd_read %s\n", format_bytes(r->bytes_d2h).c_str(),
-                format_bytes(r->bytes_h2d).c_str(), format_bytes(r->bytes_ssd_write).c_str(),
-                format_bytes(r->bytes_ssd_read).c_str());
-    for (size_t i = 0; i < std::min<size_t>(3, r->top_stalls.size()); ++i) {
-      const Stall& s = r->top_stalls[i];
-      if (s.wait_us < 1.0) continue;
-      std::printf("  stall       %.2f ms at step %d ('%s') waiting for '%s'\n", s.wait_us / 1e3, s.step,
-                  g->op(s.step).name.c_str(), s.tensor != kNoTensor ? g->tensor(s.tensor).name.c_str() : "?");
-    }
-    if (!o.trace_out.empty()) std::printf("  timeline written to %s (open it in Perfetto or chrome://tracing)\n", o.trace_out.c_str());
-    if (!o.plot.empty()) std::printf("  memory plot written to %s\n", o.plot.c_str());
+    print_plan_summary(o, s, *planned, *r, *bound);
   }
   return r->feasible ? 0 : 1;
 }
@@ -280,19 +383,25 @@ void register_plan(CLI::App& app, std::function<int()>& action) {
   CLI::App* cmd = app.add_subcommand(
       "plan", "Predict one training iteration under a memory plan on a device (simulated): time, stalls, peak memory, "
               "whether it fits");
+  o->cmd = cmd;
   add_graph_options(cmd, o->graph, "resnet50", 32);
   cmd->add_option("--device", o->device,
                   "Hardware profile: a name from profiles/ (v100-16gb-pcie3, a100-40gb-pcie4, h100-80gb-pcie5, "
                   "rtx4090-pcie4, cpu-local) or a path to a profile file")
       ->capture_default_str();
-  cmd->add_option("--budget", o->budget, "Device memory budget (bytes or 6GiB, 512MiB...). Default: the device's capacity");
-  add_policy_options(cmd, o->policy, o->policy_options, "Memory plan policy:");
+  cmd->add_option("--budget", o->budget,
+                  "Device memory budget: bytes or with a unit (6GiB, 512MiB...), or a percentage of the no-swap peak "
+                  "of this model and shape with the sizes the plan uses (33%). At most the device's capacity, which "
+                  "is the default");
+  add_policy_options(cmd, o->policy, o->policy_options, "Memory plan policy (all: every policy, with --sweep):");
   cmd->add_option("--tier", o->tier, "Where swapped tensors go: host or ssd")->capture_default_str();
-  cmd->add_flag("--find-min-budget", o->find_min_budget,
-                "Bisect the smallest budget at which the policy's plan fits, and print it");
-  cmd->add_flag("--sweep", o->sweep,
-                "Table of predicted iteration time vs budget (100% down to 10% of the no-swap peak) for the policy, "
-                "or for every policy with --policy all; with --plot, an SVG of the table");
+  CLI::Option* min = cmd->add_flag("--find-min-budget", o->find_min_budget,
+                                   "Search the smallest budget at which the policy's plan fits, and print it");
+  CLI::Option* sweep = cmd->add_flag(
+      "--sweep", o->sweep,
+      "Table of predicted iteration time vs budget (100% down to 10% of the no-swap peak) for the policy, or for every "
+      "policy with --policy all; with --plot, an SVG of the table. Progress on stderr when it is a terminal");
+  min->excludes(sweep);
   cmd->add_flag("--json", o->json, "Print the prediction as JSON (feasible, iteration_ms, compute_ms, stall_ms, "
                                    "peak_bytes, bytes_d2h, bytes_h2d, ...)");
   cmd->add_flag("--logical-sizes", o->logical_sizes,

@@ -81,10 +81,16 @@ int run_profile(const ProfileOptions& o) {
   if (!o.calibrate.empty()) return run_calibrate(o);
   if (!o.device.empty()) return report(Status::InvalidArgument("--device is for --calibrate (the profile to fit)"));
   if (o.out.empty()) return report(Status::InvalidArgument("--out FILE is required (the trace to write)"));
+  if (Status s = set_compute_threads(o.threads); !s.ok()) return report(s);
+  // Fail before minutes of measuring, not after.
+  for (const std::string& file : {o.out, o.hardware_out}) {
+    const std::filesystem::path dir = std::filesystem::path(file).parent_path();
+    std::error_code ec;
+    if (!file.empty() && !dir.empty() && !std::filesystem::is_directory(dir, ec))
+      return report(Status::InvalidArgument(fmt::format("cannot write '{}': '{}' is not a directory", file, dir.string())));
+  }
   Result<uint64_t> storage_bytes = parse_bytes(o.storage_bytes);
   if (!storage_bytes.ok()) return report(storage_bytes.status());
-  if (o.threads < 0) return report(Status::InvalidArgument("--threads must not be negative"));
-  if (o.threads > 0) omp_set_num_threads(o.threads);
   Result<Graph> g = load_graph(o.graph);
   if (!g.ok()) return report(g.status());
   Result<BackendOptions> backend_options = parse_backend_options(o.conv_algo);
@@ -145,7 +151,8 @@ void register_profile(CLI::App& app, std::function<int()>& action) {
   cmd->add_option("--device", o->device, "With --calibrate: the hardware profile to fit (a name from profiles/ or a file)");
   cmd->add_option("--iters", o->iters, "Measured iterations")->capture_default_str();
   cmd->add_option("--warmup", o->warmup, "Warm-up iterations, not measured")->capture_default_str();
-  cmd->add_option("--threads", o->threads, "Compute threads (default: all cores)");
+  cmd->add_option("--threads", o->threads,
+                  fmt::format("Compute threads (default and at most: the {} cores this process may use)", max_compute_threads()));
   cmd->add_option("--seed", o->seed, "Seed of the weights and data")->capture_default_str();
   cmd->add_option("--storage-dir", o->storage_dir, "Directory for the direct-I/O measurement (default: OUT's)");
   cmd->add_option("--storage-bytes", o->storage_bytes, "Bytes written and read per storage measurement")

@@ -1,4 +1,8 @@
 // `ferry train`: trains a network on the CPU backend inside a device arena of a fixed budget.
+//
+// run_train() reads as the steps it takes: check the options, set up the graph, data and backend
+// (set_up_training), plan for the budget (plan_training), run the iterations (run_iterations),
+// then report: train_report_json() builds the JSON document, print_train_summary() the text.
 #include <omp.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -15,8 +19,8 @@
 #include "cli/options.h"
 #include "cli/planning.h"
 #include "cli/train_prediction.h"
-#include "cost/profile.h"
 #include "common/units.h"
+#include "cost/profile.h"
 #include "data/data.h"
 #include "runtime/executor.h"
 
@@ -42,6 +46,7 @@ uint64_t current_rss_bytes() {
 }
 
 struct TrainCliOptions {
+  const CLI::App* cmd = nullptr;  // to ask which options were given
   GraphOptions graph;
   int64_t iters = 30;
   std::string budget;
@@ -61,6 +66,32 @@ struct TrainCliOptions {
   std::string op_times;
 };
 
+// Everything the iterations need, and what the reports say about how it was set up.
+struct TrainSetup {
+  Graph graph;
+  std::unique_ptr<DataSource> data;
+  BackendOptions backend_options;
+  std::unique_ptr<Backend> backend;
+  std::optional<BudgetSpec> budget;  // --budget as given
+  uint64_t budget_bytes = 0;         // resolved; 0 = what the plan needs
+  uint64_t no_swap_peak_bytes = 0;   // the keep plan's device bytes (0 when not needed)
+  std::optional<Schedule> schedule;  // policies other than none
+  std::string plan_summary;
+  // The simulator's prediction of what runs, from the device profile and the op times of an
+  // earlier run (--op-times); made when planning, or on request with --op-times.
+  std::optional<SimResult> predicted;
+};
+
+// The iterations and what is derived from them.
+struct TrainResult {
+  std::vector<IterationStats> iterations;
+  std::vector<uint64_t> rss_bytes;                      // per iteration, after it (measured by the OS)
+  std::vector<std::vector<TransferRecord>> transfers;   // per iteration after the first
+  double median_ms = 0;  // of the iterations after the first (which pays one-time costs)
+  ConvKernelUse convs;
+  uint64_t extent_bytes = 0;  // the highest arena byte written (Executor::measured_extent_bytes)
+};
+
 void progress(int64_t done, int64_t total, double ms, float loss) {
   constexpr int kWidth = 30;
   int filled = static_cast<int>(kWidth * done / std::max<int64_t>(total, 1));
@@ -71,152 +102,173 @@ void progress(int64_t done, int64_t total, double ms, float loss) {
   std::fflush(stderr);
 }
 
-int run_train(const TrainCliOptions& o) {
-  if (o.iters <= 0) return report(Status::InvalidArgument(fmt::format("--iters must be positive, got {}", o.iters)));
-  if (o.threads < 0) return report(Status::InvalidArgument("--threads must not be negative"));
-  uint64_t budget = 0;
+// Bad values, and options that would be silently ignored.
+Status check_train_options(const TrainCliOptions& o) {
+  if (o.iters <= 0) return Status::InvalidArgument(fmt::format("--iters must be positive, got {}", o.iters));
+  const CLI::App& cmd = *o.cmd;
+  const bool planned = o.policy != "none";
+  FERRY_RETURN_IF_ERROR(check_option_used(cmd, "--tier", planned, "without --policy (policy none swaps nothing)"));
+  FERRY_RETURN_IF_ERROR(check_option_used(cmd, "--checksum", planned, "without --policy (nothing is swapped)"));
+  FERRY_RETURN_IF_ERROR(check_option_used(cmd, "--ssd-dir", planned && o.tier == "ssd", "without --tier ssd"));
+  FERRY_RETURN_IF_ERROR(check_option_used(cmd, "--device", planned || !o.op_times.empty(),
+                                          "without --policy or --op-times (it is what plans and predictions use)"));
+  FERRY_RETURN_IF_ERROR(check_option_used(cmd, "--swapin-ahead", o.policy == "lms", "without --policy lms"));
+  for (const char* checkmate : {"--checkmate-time-limit", "--checkmate-max-nodes"})
+    FERRY_RETURN_IF_ERROR(check_option_used(cmd, checkmate, o.policy == "checkmate", "without --policy checkmate"));
+  if (planned && o.budget.empty()) return Status::InvalidArgument("--policy needs a --budget to plan for");
+  return Status::Ok();
+}
+
+// Graph (with a loss to report), data, backend; the budget as given.
+Result<TrainSetup> set_up_training(const TrainCliOptions& o) {
+  TrainSetup s;
   if (!o.budget.empty()) {
-    Result<uint64_t> b = parse_bytes(o.budget);
-    if (!b.ok()) return report(b.status());
-    if (*b == 0) return report(Status::InvalidArgument("--budget must be positive"));
-    budget = *b;
+    FERRY_ASSIGN_OR_RETURN(BudgetSpec budget, parse_budget(o.budget));
+    s.budget = budget;
   }
-  if (o.threads > 0) omp_set_num_threads(o.threads);
-  Result<Graph> g = load_graph(o.graph);
-  if (!g.ok()) return report(g.status());
-  Result<std::unique_ptr<DataSource>> data = open_data(o.data, *g, o.seed);
-  if (!data.ok()) return report(data.status());
-  Result<BackendOptions> backend_options = parse_backend_options(o.conv_algo);
-  if (!backend_options.ok()) return report(backend_options.status());
-  Result<std::unique_ptr<Backend>> backend = make_backend("cpu", *backend_options);
-  if (!backend.ok()) return report(backend.status());
-  ExecutorOptions eo;
-  eo.budget_bytes = budget;
-  eo.seed = o.seed;
-  eo.ssd_dir = o.ssd_dir;
-  eo.checksum = o.checksum;
-  eo.verify_memory = o.verify_memory;
-  // A policy other than none plans for the budget with the backend's real sizes; the executor
-  // then runs that plan (swaps through the tier, recomputes) and never exceeds the budget.
-  std::optional<Schedule> schedule;
-  std::string plan_summary;
-  // The prediction of what runs (the plan's schedule, or keep-all), from the profile and op times
-  // of an earlier run; made when planning, or on request with --op-times.
-  std::optional<SimResult> predicted;
-  if (o.policy != "none" || !o.op_times.empty()) {
-    if (o.policy != "none" && budget == 0)
-      return report(Status::InvalidArgument("--policy needs a --budget to plan for"));
-    Result<Tier> tier = parse_tier(o.tier);
-    if (!tier.ok()) return report(tier.status());
-    Result<HardwareProfile> hw = load_profile(o.device);
-    if (!hw.ok()) return report(hw.status());
-    Graph sized = *g;
-    if (!o.op_times.empty())
-      if (Status s = apply_op_times(sized, o.op_times); !s.ok()) return report(s);
-    Result<std::vector<uint64_t>> scratch = apply_backend_sizes(sized, *backend_options);
-    if (!scratch.ok()) return report(scratch.status());
-    CostModel cost(*hw);
-    if (o.policy != "none") {
-      PlanContext ctx{.graph = sized, .cost = cost, .budget_bytes = budget, .tier = *tier,
-                      .op_scratch_bytes = *scratch, .options = o.policy_options};
-      Result<PlanReport> plan = plan_policy(o.policy, ctx);
-      if (!plan.ok()) return report(with_conv_hint(plan.status(), *g, *backend_options));
-      schedule = plan->schedule;
-      plan_summary = fmt::format("policy {}: {} tensors swapped to {}, {} recomputed", o.policy,
+  FERRY_RETURN_IF_ERROR(set_compute_threads(o.threads));
+  FERRY_ASSIGN_OR_RETURN(s.graph, load_graph(o.graph));
+  if (s.graph.loss == kNoTensor)
+    return Status::InvalidArgument(fmt::format(
+        "{} names no loss tensor (the trace's \"loss\" field), and training reports the loss of every iteration",
+        o.graph.trace.empty() ? std::string("the graph") : "trace '" + o.graph.trace + "'"));
+  FERRY_ASSIGN_OR_RETURN(s.data, open_data(o.data, s.graph, o.seed));
+  FERRY_ASSIGN_OR_RETURN(s.backend_options, parse_backend_options(o.conv_algo));
+  FERRY_ASSIGN_OR_RETURN(s.backend, make_backend("cpu", s.backend_options));
+  return s;
+}
+
+// Resolves the budget and, for a policy other than none, plans for it with the backend's real
+// sizes; the executor then runs that plan (swaps through the tier, recomputes) and never
+// exceeds the budget. A percentage is of the keep plan's device bytes at those sizes, which is
+// what the executor needs without a policy.
+Status plan_training(const TrainCliOptions& o, TrainSetup& s) {
+  const bool planned = o.policy != "none";
+  const bool percent = s.budget && s.budget->percent;
+  const bool predict = planned || !o.op_times.empty();
+  if (!planned && !percent && !predict) {
+    s.budget_bytes = s.budget ? s.budget->bytes : 0;
+    return Status::Ok();
+  }
+  FERRY_ASSIGN_OR_RETURN(Tier tier, parse_tier(o.tier));
+  FERRY_ASSIGN_OR_RETURN(HardwareProfile hw, load_profile(o.device));
+  Graph sized = s.graph;
+  if (!o.op_times.empty()) FERRY_RETURN_IF_ERROR(apply_op_times(sized, o.op_times));
+  FERRY_ASSIGN_OR_RETURN(std::vector<uint64_t> scratch, apply_backend_sizes(sized, s.backend_options));
+  CostModel cost(hw);
+  PlanContext ctx{.graph = sized, .cost = cost, .budget_bytes = 0, .tier = tier, .op_scratch_bytes = scratch,
+                  .options = o.policy_options};
+  if (percent) {
+    FERRY_ASSIGN_OR_RETURN(PlanReport none, plan_policy("none", ctx));
+    s.no_swap_peak_bytes = none.device_bytes;
+  }
+  s.budget_bytes = s.budget ? s.budget->resolve(s.no_swap_peak_bytes) : 0;
+  if (planned) {
+    ctx.budget_bytes = s.budget_bytes;
+    Result<PlanReport> plan = plan_policy(o.policy, ctx);
+    if (!plan.ok()) return with_conv_hint(plan.status(), s.graph, s.backend_options);
+    s.schedule = plan->schedule;
+    s.plan_summary = fmt::format("policy {}: {} tensors swapped to {}, {} recomputed", o.policy,
                                  plan->swapped_tensors, o.tier, plan->recomputed_tensors);
-    }
-    Result<SimResult> sim = predict_iteration(sized, schedule ? *schedule : Schedule::keep_all(sized.ops.size()),
-                                              cost, budget, *scratch);
-    if (!sim.ok()) return report(sim.status());
-    predicted = std::move(*sim);
   }
-  Result<std::unique_ptr<Executor>> ex = Executor::create(*g, **backend, eo, schedule ? &*schedule : nullptr);
-  if (!ex.ok()) return report(with_conv_hint(ex.status(), *g, *backend_options));
-  Executor& e = **ex;
-  if (Status s = e.initialize(); !s.ok()) return report(s);
+  if (predict) {
+    FERRY_ASSIGN_OR_RETURN(s.predicted, predict_iteration(sized, s.schedule ? *s.schedule : Schedule::keep_all(sized.ops.size()),
+                                                          cost, s.budget_bytes, scratch));
+  }
+  return Status::Ok();
+}
 
-  const bool show_progress = !o.no_progress && !o.json && isatty(STDERR_FILENO);
-  if (!o.json)
-    std::printf("Training %s for %lld iterations on %s data, %d threads, budget %s (plan needs %s)\n",
-                describe(*g).c_str(), static_cast<long long>(o.iters), (*data)->name().c_str(), omp_get_max_threads(),
-                format_bytes(e.budget_bytes()).c_str(), format_bytes(e.predicted_peak_bytes()).c_str());
-  if (!o.json && !plan_summary.empty()) std::printf("  %s\n", plan_summary.c_str());
-  std::vector<IterationStats> stats;
-  std::vector<uint64_t> rss;
-  std::vector<std::vector<TransferRecord>> transfers;  // per iteration after the first
-  for (int64_t it = 0; it < o.iters; ++it) {
-    Result<IterationStats> r = e.run_iteration(it, **data);
-    rss.push_back(current_rss_bytes());
-    if (it > 0 || o.iters == 1) transfers.push_back(e.last_transfers());
-    if (!r.ok()) {
-      if (show_progress) std::fprintf(stderr, "\n");
-      return report(r.status().with_context(fmt::format("iteration {}", it)));
-    }
-    stats.push_back(*r);
-    if (!std::isfinite(r->loss)) {
-      if (show_progress) std::fprintf(stderr, "\n");
-      return report(Status::Internal(fmt::format("iteration {}: the loss is {} (diverged; lower --lr)", it, r->loss)));
-    }
-    if (show_progress) progress(it + 1, o.iters, r->time_ms, r->loss);
+// Runs the iterations (measuring the process's resident set after each, and keeping every
+// iteration's transfers but the first's); a non-finite loss stops training.
+Result<TrainResult> run_iterations(Executor& e, DataSource& data, int64_t iters, bool show_progress) {
+  TrainResult r;
+  auto fail = [&](Status s) {
+    if (show_progress) std::fprintf(stderr, "\n");
+    return s;
+  };
+  for (int64_t it = 0; it < iters; ++it) {
+    Result<IterationStats> st = e.run_iteration(it, data);
+    if (!st.ok()) return fail(st.status().with_context(fmt::format("iteration {}", it)));
+    r.iterations.push_back(*st);
+    r.rss_bytes.push_back(current_rss_bytes());
+    if (it > 0 || iters == 1) r.transfers.push_back(e.last_transfers());
+    if (!std::isfinite(st->loss))
+      return fail(Status::Internal(fmt::format("iteration {}: the loss is {} (diverged; lower --lr)", it, st->loss)));
+    if (show_progress) progress(it + 1, iters, st->time_ms, st->loss);
   }
-  const ConvKernelUse convs = conv_kernel_use(e.graph(), e.compiled());
-  const Result<uint64_t> extent = e.measured_extent_bytes();
-  if (!extent.ok()) return report(extent.status());
-  std::vector<double> times;
-  for (const IterationStats& s : stats) times.push_back(s.time_ms);
-  // The first iteration pays one-time costs (kernel JIT, first touches); leave it out when we can.
-  std::vector<double> steady(times.size() > 1 ? times.begin() + 1 : times.begin(), times.end());
+  return r;
+}
+
+Result<TrainResult> summarize(TrainResult r, const Executor& e) {
+  r.convs = conv_kernel_use(e.graph(), e.compiled());
+  FERRY_ASSIGN_OR_RETURN(r.extent_bytes, e.measured_extent_bytes());
+  std::vector<double> steady;
+  for (size_t i = r.iterations.size() > 1 ? 1 : 0; i < r.iterations.size(); ++i)
+    steady.push_back(r.iterations[i].time_ms);
   std::nth_element(steady.begin(), steady.begin() + static_cast<long>(steady.size() / 2), steady.end());
-  const double median = steady[steady.size() / 2];
+  r.median_ms = steady[steady.size() / 2];
+  return r;
+}
 
-  if (o.json) {
-    nlohmann::json j;
-    j["model"] = g->info.model;
-    j["batch"] = g->info.batch;
-    j["threads"] = omp_get_max_threads();
-    j["conv_algorithm"] = std::string(to_string(backend_options->conv_algorithm));
-    j["winograd_kernels"] = convs.winograd;
-    j["data"] = (*data)->name();
-    j["iterations"] = nlohmann::json::array();
-    for (size_t i = 0; i < stats.size(); ++i)
-      j["iterations"].push_back({{"iter", stats[i].iteration},
-                                 {"loss", stats[i].loss},
-                                 {"time_ms", stats[i].time_ms},
-                                 {"rss_bytes", rss[i]}});
-    j["median_iter_ms"] = median;
-    // Measured: the executor's own accounting, an arena scan, the OS and the tiers' own counters.
-    j["measured_peak_bytes"] = e.measured_peak_bytes();
-    j["measured_extent_bytes"] = *extent;
-    j["peak_rss_bytes"] = peak_rss_bytes();
-    j["host_tier_peak_bytes"] = e.host_tier_stats().peak_in_use_bytes;
-    j["ssd_tier_peak_bytes"] = e.ssd_tier_stats().peak_in_use_bytes;
-    // Predicted: the plan's figures.
-    j["predicted_peak_bytes"] = e.predicted_peak_bytes();
-    j["predicted_live_peak_bytes"] = e.predicted_live_peak_bytes();
-    j["budget_bytes"] = e.budget_bytes();
-    j["persistent_bytes"] = e.persistent_region_bytes();
-    j["verify_memory"] = o.verify_memory;
-    if (predicted) {
-      j["predicted"] = {{"iteration_ms", predicted->iteration_us / 1e3},
-                        {"stall_ms", predicted->stall_us / 1e3},
-                        {"live_peak_bytes", predicted->peak_in_use_bytes},
-                        {"peak_bytes", predicted->peak_device_bytes},
-                        {"device", o.device},
-                        {"op_times", o.op_times.empty() ? "the device profile's cost model" : o.op_times}};
-      j["transfers"] = transfer_comparison(e.graph(), *predicted, transfers);
-    }
-    j["policy"] = o.policy;
-    j["tier"] = o.tier;
-    const TransferEngineStats ts = e.transfer_stats();
-    j["bytes_swapped_out"] = ts.bytes_out;
-    j["bytes_swapped_in"] = ts.bytes_in;
-    std::printf("%s\n", j.dump(2).c_str());
-    return 0;
+// The JSON document of a run (--json).
+nlohmann::json train_report_json(const TrainCliOptions& o, const TrainSetup& s, const Executor& e,
+                                 const TrainResult& r) {
+  nlohmann::json j;
+  j["model"] = s.graph.info.model;
+  j["batch"] = s.graph.info.batch;
+  j["threads"] = omp_get_max_threads();
+  j["conv_algorithm"] = std::string(to_string(s.backend_options.conv_algorithm));
+  j["winograd_kernels"] = r.convs.winograd;
+  j["data"] = s.data->name();
+  j["iterations"] = nlohmann::json::array();
+  for (size_t i = 0; i < r.iterations.size(); ++i)
+    j["iterations"].push_back({{"iter", r.iterations[i].iteration},
+                               {"loss", r.iterations[i].loss},
+                               {"time_ms", r.iterations[i].time_ms},
+                               {"rss_bytes", r.rss_bytes[i]}});
+  j["median_iter_ms"] = r.median_ms;
+  // Measured: the executor's own accounting, an arena scan, the OS and the tiers' own counters.
+  j["measured_peak_bytes"] = e.measured_peak_bytes();
+  j["measured_extent_bytes"] = r.extent_bytes;
+  j["peak_rss_bytes"] = peak_rss_bytes();
+  j["host_tier_peak_bytes"] = e.host_tier_stats().peak_in_use_bytes;
+  j["ssd_tier_peak_bytes"] = e.ssd_tier_stats().peak_in_use_bytes;
+  // Predicted: the plan's figures.
+  j["predicted_peak_bytes"] = e.predicted_peak_bytes();
+  j["predicted_live_peak_bytes"] = e.predicted_live_peak_bytes();
+  j["verify_memory"] = o.verify_memory;
+  if (s.predicted) {
+    j["predicted"] = {{"iteration_ms", s.predicted->iteration_us / 1e3},
+                      {"stall_ms", s.predicted->stall_us / 1e3},
+                      {"live_peak_bytes", s.predicted->peak_in_use_bytes},
+                      {"peak_bytes", s.predicted->peak_device_bytes},
+                      {"device", o.device},
+                      {"op_times", o.op_times.empty() ? "the device profile's cost model" : o.op_times}};
+    j["transfers"] = transfer_comparison(e.graph(), *s.predicted, r.transfers);
   }
-  std::printf("  loss            %.4f -> %.4f (first -> last iteration)\n", stats.front().loss, stats.back().loss);
-  std::printf("  iteration time  median %.1f ms (first %.1f ms)\n", median, times.front());
+  j["budget_bytes"] = e.budget_bytes();
+  j["budget_request"] = s.budget ? nlohmann::json(s.budget->text) : nlohmann::json();
+  if (s.no_swap_peak_bytes > 0) j["no_swap_peak_bytes"] = s.no_swap_peak_bytes;
+  j["persistent_bytes"] = e.persistent_region_bytes();
+  j["policy"] = o.policy;
+  j["tier"] = o.tier;
+  const TransferEngineStats ts = e.transfer_stats();
+  j["bytes_swapped_out"] = ts.bytes_out;
+  j["bytes_swapped_in"] = ts.bytes_in;
+  return j;
+}
+
+// The human summary after the iterations.
+void print_train_summary(const TrainCliOptions& o, const TrainSetup& s, const Executor& e, const TrainResult& r) {
+  std::printf("  loss            %.4f -> %.4f (first -> last iteration)\n", r.iterations.front().loss,
+              r.iterations.back().loss);
+  std::printf("  iteration time  median %.1f ms (first %.1f ms), measured\n", r.median_ms,
+              r.iterations.front().time_ms);
+  if (s.predicted)
+    std::printf("                  predicted %.1f ms on profile %s (op times: %s)\n", s.predicted->iteration_us / 1e3,
+                o.device.c_str(), o.op_times.empty() ? "its cost model" : o.op_times.c_str());
   std::printf("  device memory   measured: peak %s held, highest byte written at %s; budget %s\n",
-              format_bytes(e.measured_peak_bytes()).c_str(), format_bytes(*extent).c_str(),
+              format_bytes(e.measured_peak_bytes()).c_str(), format_bytes(r.extent_bytes).c_str(),
               format_bytes(e.budget_bytes()).c_str());
   std::printf("                  predicted: peak %s held, %s placed (weights+state %s)\n",
               format_bytes(e.predicted_live_peak_bytes()).c_str(), format_bytes(e.predicted_peak_bytes()).c_str(),
@@ -228,12 +280,50 @@ int run_train(const TrainCliOptions& o) {
     std::printf(", SSD tier peak %s", format_bytes(e.ssd_tier_stats().peak_in_use_bytes).c_str());
   std::printf("\n");
   if (o.verify_memory) std::printf("  memory checks   guards, poison and contents verified after every op: clean\n");
-  if (predicted)
-    std::printf("  predicted       iteration %.1f ms on profile %s (op times: %s)\n", predicted->iteration_us / 1e3,
-                o.device.c_str(), o.op_times.empty() ? "cost model" : o.op_times.c_str());
-  if (convs.kernels > 0)
+  if (r.convs.kernels > 0)
     std::printf("  convolutions    %s: %d of %d kernels Winograd, the rest direct\n",
-                std::string(to_string(backend_options->conv_algorithm)).c_str(), convs.winograd, convs.kernels);
+                std::string(to_string(s.backend_options.conv_algorithm)).c_str(), r.convs.winograd, r.convs.kernels);
+}
+
+// The line before the iterations.
+void print_train_header(const TrainCliOptions& o, const TrainSetup& s, const Executor& e) {
+  const std::string budget = s.budget && s.budget->percent ? s.budget->describe(s.no_swap_peak_bytes)
+                                                           : format_bytes(e.budget_bytes());
+  std::printf("Training %s for %lld iterations on %s data, %d threads, budget %s (plan needs %s)\n",
+              describe(s.graph).c_str(), static_cast<long long>(o.iters), s.data->name().c_str(),
+              omp_get_max_threads(), budget.c_str(), format_bytes(e.predicted_peak_bytes()).c_str());
+  if (!s.plan_summary.empty()) std::printf("  %s\n", s.plan_summary.c_str());
+}
+
+int run_train(const TrainCliOptions& o) {
+  if (Status st = check_train_options(o); !st.ok()) return report(st);
+  Result<TrainSetup> setup = set_up_training(o);
+  if (!setup.ok()) return report(setup.status());
+  TrainSetup& s = *setup;
+  if (Status st = plan_training(o, s); !st.ok()) return report(st);
+  ExecutorOptions eo;
+  eo.budget_bytes = s.budget_bytes;
+  eo.seed = o.seed;
+  eo.ssd_dir = o.ssd_dir;
+  eo.checksum = o.checksum;
+  eo.verify_memory = o.verify_memory;
+  Result<std::unique_ptr<Executor>> ex =
+      Executor::create(s.graph, *s.backend, eo, s.schedule ? &*s.schedule : nullptr);
+  if (!ex.ok()) return report(with_conv_hint(ex.status(), s.graph, s.backend_options));
+  Executor& e = **ex;
+  if (Status st = e.initialize(); !st.ok()) return report(st);
+
+  if (!o.json) print_train_header(o, s, e);
+  const bool show_progress = !o.no_progress && !o.json && isatty(STDERR_FILENO);
+  Result<TrainResult> iterations = run_iterations(e, *s.data, o.iters, show_progress);
+  if (!iterations.ok()) return report(iterations.status());
+  Result<TrainResult> r = summarize(std::move(*iterations), e);
+  if (!r.ok()) return report(r.status());
+  if (o.json) {
+    std::printf("%s\n", train_report_json(o, s, e, *r).dump(2).c_str());
+  } else {
+    print_train_summary(o, s, e, *r);
+  }
   return 0;
 }
 
@@ -244,14 +334,17 @@ void register_train(CLI::App& app, std::function<int()>& action) {
   CLI::App* cmd = app.add_subcommand(
       "train", "Train a network on the CPU backend inside a device arena of a fixed budget and report losses, "
                "iteration times and the peak device memory");
+  o->cmd = cmd;
   add_graph_options(cmd, o->graph, "preact-resnet164", 32);
+  add_learning_rate_option(cmd, o->graph);
   cmd->add_option("--iters", o->iters, "Training iterations")->capture_default_str();
   cmd->add_option("--budget", o->budget,
-                  "Device memory budget: bytes or with a unit (6GiB, 512MiB, 1.5GB). Default: what the plan needs. "
-                  "Too small a budget fails before the first kernel, saying how much is needed");
-  cmd->add_option("--lr", o->graph.lr, "Learning rate (default: 0.1 for sgd, 0.001 for adam and adamw)");
+                  "Device memory budget: bytes or with a unit (6GiB, 512MiB, 1.5GB), or a percentage of the no-swap "
+                  "peak of this model and shape with the backend's sizes (33%). Default: what the plan needs. Too "
+                  "small a budget fails before the first kernel, saying how much is needed");
   cmd->add_option("--seed", o->seed, "Seed of the weights, the synthetic data and dropout")->capture_default_str();
-  cmd->add_option("--threads", o->threads, "Compute threads (default: all cores)");
+  cmd->add_option("--threads", o->threads,
+                  fmt::format("Compute threads (default and at most: the {} cores this process may use)", max_compute_threads()));
   cmd->add_option("--data", o->data, "Training data: synthetic (learnable, built in) or cifar10:DIR (binary batches)")
       ->capture_default_str();
   add_policy_options(cmd, o->policy, o->policy_options, "Memory plan policy (needs --budget):");

@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <algorithm>
 
 #include <fmt/format.h>
 
@@ -20,6 +21,10 @@ std::optional<uint64_t> checked_add(uint64_t a, uint64_t b) {
   if (__builtin_add_overflow(a, b, &r)) return std::nullopt;
   return r;
 }
+
+namespace {
+constexpr const char* kTooLarge = "too large (the limit is 2^64 - 1 bytes, 16 EiB)";
+}  // namespace
 
 Result<uint64_t> parse_bytes(std::string_view text) {
   std::string s(text);
@@ -53,15 +58,53 @@ Result<uint64_t> parse_bytes(std::string_view text) {
     errno = 0;
     char* end = nullptr;
     unsigned long long v = std::strtoull(number.c_str(), &end, 10);
-    if (errno != 0 || end != number.c_str() + number.size()) return bad("too large");
+    if (end != number.c_str() + number.size()) return bad("not a number");
+    if (errno != 0) return bad(kTooLarge);
     return static_cast<uint64_t>(v);
   }
   char* end = nullptr;
   double v = std::strtod(number.c_str(), &end);
   if (end != number.c_str() + number.size() || !std::isfinite(v)) return bad("not a number");
-  double bytes = v * multiplier;
-  if (bytes < 0 || bytes >= 1.8446744073709552e19) return bad("too large");
-  return static_cast<uint64_t>(std::llround(bytes));
+  // Rounded in double, then range-checked against 2^64 before the conversion (exact in double).
+  const double bytes = std::round(v * multiplier);
+  if (!(bytes >= 0) || bytes >= 18446744073709551616.0) return bad(kTooLarge);
+  return static_cast<uint64_t>(bytes);
+}
+
+uint64_t BudgetSpec::resolve(uint64_t reference_bytes) const {
+  if (!percent) return bytes;
+  const double b = std::floor(*percent / 100.0 * static_cast<double>(reference_bytes));
+  if (b >= 18446744073709551616.0) return UINT64_MAX;
+  return std::max<uint64_t>(static_cast<uint64_t>(b), 1);
+}
+
+std::string BudgetSpec::describe(uint64_t reference_bytes) const {
+  if (!percent) return format_bytes(bytes);
+  return fmt::format("{} ({} of {})", format_bytes(resolve(reference_bytes)), text, format_bytes(reference_bytes));
+}
+
+Result<BudgetSpec> parse_budget(std::string_view text) {
+  BudgetSpec spec;
+  spec.text = std::string(text);
+  if (!text.empty() && text.back() == '%') {
+    const std::string number(text.substr(0, text.size() - 1));
+    char* end = nullptr;
+    errno = 0;
+    const double p = std::strtod(number.c_str(), &end);
+    if (number.empty() || end != number.c_str() + number.size() || !std::isfinite(p) ||
+        number.find_first_not_of("0123456789.eE+-") != std::string::npos)
+      return Status::InvalidArgument(fmt::format("invalid budget '{}': expected a percentage such as 33%", text));
+    if (!(p > 0) || p > kMaxBudgetPercent)
+      return Status::InvalidArgument(fmt::format(
+          "invalid budget '{}': a percentage of the no-swap peak must be in (0%, {}%]", text, kMaxBudgetPercent));
+    spec.percent = p;
+    return spec;
+  }
+  Result<uint64_t> b = parse_bytes(text);
+  if (!b.ok()) return Status::InvalidArgument(b.status().message() + " (or a percentage of the no-swap peak: 33%)");
+  if (*b == 0) return Status::InvalidArgument(fmt::format("invalid budget '{}': must be positive", text));
+  spec.bytes = *b;
+  return spec;
 }
 
 std::string format_bytes(uint64_t bytes) {

@@ -21,6 +21,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "common/file_io.h"
 #include "common/units.h"
 
 #ifndef FERRY_PROFILES_DIR_DEFAULT
@@ -207,37 +208,39 @@ Json direction_json(const LinkDirection& d) {
   return Json{{"nominal_bytes_per_s", d.nominal_bytes_per_s}, {"efficiency", d.efficiency}, {"latency_us", d.latency_us}};
 }
 
-Status positive(double v, std::string_view path, std::string_view what = "") {
-  if (std::isfinite(v) && v > 0) return Status::Ok();
-  return Status::InvalidArgument(fmt::format("{}: {} must be finite and > 0{}", path, v, what));
-}
-Status non_negative(double v, std::string_view path) {
-  if (std::isfinite(v) && v >= 0) return Status::Ok();
-  return Status::InvalidArgument(fmt::format("{}: {} must be finite and >= 0", path, v));
-}
 Status fraction(double v, std::string_view path) {
   if (std::isfinite(v) && v > 0 && v <= 1) return Status::Ok();
   return Status::InvalidArgument(fmt::format("{}: {} is not in (0, 1]", path, v));
 }
 
+// Rates and latencies are bounded so that every prediction stays finite: the largest graph
+// (2^64 bytes or FLOPs per op, 2^31 ops) at the slowest rate (1 per second) with the longest
+// latency still sums to well below the double range. Both ends are far outside any real device.
+constexpr double kMinRate = 1, kMaxRate = 1e21;  // FLOP/s or bytes/s: 1 to a zetta
+constexpr double kMaxLatencyUs = 1e9;            // 1000 s per copy, request or launch
+
+Status rate(double v, std::string_view path, std::string_view unit) {
+  if (std::isfinite(v) && v >= kMinRate && v <= kMaxRate) return Status::Ok();
+  return Status::InvalidArgument(fmt::format(
+      "{}: {} is outside [{:g}, {:g}] {} (predictions made with it would not be finite or not meaningful)", path, v,
+      kMinRate, kMaxRate, unit));
+}
+Status latency(double v, std::string_view path) {
+  if (std::isfinite(v) && v >= 0 && v <= kMaxLatencyUs) return Status::Ok();
+  return Status::InvalidArgument(fmt::format("{}: {} is outside [0, {:g}] us", path, v, kMaxLatencyUs));
+}
+
 Status validate_direction(const LinkDirection& d, const std::string& path) {
-  FERRY_RETURN_IF_ERROR(positive(d.nominal_bytes_per_s, path + ".nominal_bytes_per_s"));
+  FERRY_RETURN_IF_ERROR(rate(d.nominal_bytes_per_s, path + ".nominal_bytes_per_s", "bytes/s"));
   FERRY_RETURN_IF_ERROR(fraction(d.efficiency, path + ".efficiency"));
-  return non_negative(d.latency_us, path + ".latency_us");
+  FERRY_RETURN_IF_ERROR(rate(d.effective_bytes_per_s(), path + ".nominal_bytes_per_s x efficiency", "bytes/s"));
+  return latency(d.latency_us, path + ".latency_us");
 }
 
 bool looks_like_path(const std::string& s) {
   return s.find('/') != std::string::npos || (s.size() > 5 && s.ends_with(".json"));
 }
 
-Result<std::string> read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Status::IoError(fmt::format("cannot open hardware profile '{}': {}", path, std::strerror(errno)));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return Status::IoError(fmt::format("cannot read hardware profile '{}'", path));
-  return ss.str();
-}
 
 }  // namespace
 
@@ -262,8 +265,8 @@ Status validate_profile(const HardwareProfile& p) {
     return Status::InvalidArgument("compute.peak_flops.fp32: missing (every device has an fp32 rate)");
   for (size_t i = 0; i < kNumComputeDTypes; ++i)
     if (p.peak_flops[i])
-      FERRY_RETURN_IF_ERROR(positive(*p.peak_flops[i], fmt::format("compute.peak_flops.{}", kComputeDTypeNames[i])));
-  FERRY_RETURN_IF_ERROR(non_negative(p.launch_overhead_us, "compute.launch_overhead_us"));
+      FERRY_RETURN_IF_ERROR(rate(*p.peak_flops[i], fmt::format("compute.peak_flops.{}", kComputeDTypeNames[i]), "FLOP/s"));
+  FERRY_RETURN_IF_ERROR(latency(p.launch_overhead_us, "compute.launch_overhead_us"));
   for (size_t i = 0; i < kNumOpClasses; ++i) {
     const OpEfficiency& e = p.efficiency[i];
     const std::string path = fmt::format("compute.efficiency.{}.compute", kOpClassNames[i]);
@@ -287,13 +290,26 @@ Status validate_profile(const HardwareProfile& p) {
     FERRY_RETURN_IF_ERROR(
         fraction(p.conv3x3_flop_fraction[u], fmt::format("compute.conv3x3_flop_fraction.{}", kComputeDTypeNames[u])));
   if (p.memory_capacity_bytes == 0) return Status::InvalidArgument("memory.capacity_bytes: 0 must be > 0");
-  FERRY_RETURN_IF_ERROR(positive(p.memory_bandwidth_bytes_per_s, "memory.bandwidth_bytes_per_s"));
+  FERRY_RETURN_IF_ERROR(rate(p.memory_bandwidth_bytes_per_s, "memory.bandwidth_bytes_per_s", "bytes/s"));
+  // The rates ops reach: peaks times efficiencies.
+  for (size_t i = 0; i < kNumOpClasses; ++i) {
+    for (size_t d = 0; d < kNumComputeDTypes; ++d)
+      if (p.peak_flops[d])
+        FERRY_RETURN_IF_ERROR(rate(*p.peak_flops[d] * p.efficiency[i].compute,
+                                   fmt::format("compute.peak_flops.{} x compute.efficiency.{}.compute",
+                                               kComputeDTypeNames[d], kOpClassNames[i]),
+                                   "FLOP/s"));
+    FERRY_RETURN_IF_ERROR(rate(p.memory_bandwidth_bytes_per_s * p.efficiency[i].memory,
+                               fmt::format("memory.bandwidth_bytes_per_s x compute.efficiency.{}.memory",
+                                           kOpClassNames[i]),
+                               "bytes/s"));
+  }
   FERRY_RETURN_IF_ERROR(validate_direction(p.host_link.host_to_device, "host_link.host_to_device"));
   FERRY_RETURN_IF_ERROR(validate_direction(p.host_link.device_to_host, "host_link.device_to_host"));
-  FERRY_RETURN_IF_ERROR(positive(p.storage.read_bytes_per_s, "storage.read_bytes_per_s"));
-  FERRY_RETURN_IF_ERROR(positive(p.storage.write_bytes_per_s, "storage.write_bytes_per_s"));
-  FERRY_RETURN_IF_ERROR(non_negative(p.storage.read_latency_us, "storage.read_latency_us"));
-  FERRY_RETURN_IF_ERROR(non_negative(p.storage.write_latency_us, "storage.write_latency_us"));
+  FERRY_RETURN_IF_ERROR(rate(p.storage.read_bytes_per_s, "storage.read_bytes_per_s", "bytes/s"));
+  FERRY_RETURN_IF_ERROR(rate(p.storage.write_bytes_per_s, "storage.write_bytes_per_s", "bytes/s"));
+  FERRY_RETURN_IF_ERROR(latency(p.storage.read_latency_us, "storage.read_latency_us"));
+  FERRY_RETURN_IF_ERROR(latency(p.storage.write_latency_us, "storage.write_latency_us"));
   if (p.storage.queue_depth < 1 || p.storage.queue_depth > kMaxQueueDepth)
     return Status::InvalidArgument(
         fmt::format("storage.queue_depth: {} is not in [1, {}]", p.storage.queue_depth, kMaxQueueDepth));
@@ -486,23 +502,16 @@ Result<HardwareProfile> load_profile(const std::string& name_or_path) {
           "unknown hardware profile '{}'; known profiles (in {}): {} (or give the path of a .json file)", name_or_path,
           profiles_dir(), known.empty() ? "none" : fmt::format("{}", fmt::join(known, ", "))));
     }
-  } else {
-    std::error_code ec;
-    if (!std::filesystem::exists(path, ec))
-      return Status::InvalidArgument(fmt::format("hardware profile file '{}' does not exist", path));
   }
-  FERRY_ASSIGN_OR_RETURN(std::string text, read_text(path));
+  // A regular file within the size limit: /dev/zero or a FIFO named as a profile is refused
+  // before a byte is read (reading either never ends).
+  FERRY_ASSIGN_OR_RETURN(std::string text, read_regular_file(path, kMaxProfileBytes, "hardware profile"));
   return parse_profile(text, path);
 }
 
 Status save_profile(const HardwareProfile& p, const std::string& path) {
   if (Status v = validate_profile(p); !v.ok()) return v.with_context(fmt::format("hardware profile '{}'", p.name));
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) return Status::IoError(fmt::format("cannot write hardware profile '{}': {}", path, std::strerror(errno)));
-  out << to_profile_json(p);
-  out.close();
-  if (!out) return Status::IoError(fmt::format("cannot write hardware profile '{}': write failed", path));
-  return Status::Ok();
+  return write_file_atomically(path, to_profile_json(p), "hardware profile");
 }
 
 }  // namespace ferry

@@ -135,10 +135,11 @@ std::string_view to_string(OpClass c);
 std::optional<ComputeDType> compute_dtype_from_string(std::string_view s);
 std::optional<OpClass> op_class_from_string(std::string_view s);
 
-// Checks every number: FLOP/s, bandwidths and capacity finite and > 0 (fp32 peak required),
-// efficiencies and flop fractions in (0, 1], per-unit efficiencies for exactly the non-fp32
-// units the device has, latencies and launch overhead finite and >= 0, queue depth in [1, 1024],
-// a non-empty name. InvalidArgument names the field by its JSON path.
+// Checks every number: FLOP/s and bandwidths (also times their efficiencies) in [1, 1e21] per
+// second (fp32 peak required), capacity > 0, efficiencies and flop fractions in (0, 1], per-unit
+// efficiencies for exactly the non-fp32 units the device has, latencies and launch overhead in
+// [0, 1e9] us, queue depth in [1, 1024], a non-empty name: within these bounds every prediction is
+// finite. InvalidArgument names the field by its JSON path.
 Status validate_profile(const HardwareProfile& p);
 
 // The compute unit conv and matmul ops of a graph in precision `p` run on: fp32, tf32, fp16, bf16.
@@ -161,9 +162,14 @@ std::string profiles_dir();
 // Names (file stems) of the *.json files in profiles_dir(), sorted; empty if it cannot be read.
 std::vector<std::string> list_profiles();
 
+// A profile file is at most this long (profiles are a few KiB of JSON).
+inline constexpr uint64_t kMaxProfileBytes = uint64_t{16} << 20;
+
 // Loads a profile by name (looked up as profiles_dir()/NAME.json) or by path (anything containing
 // a '/' or ending in ".json"). Errors: InvalidArgument for an unknown name (the message lists the
-// known ones) or a malformed file; IoError when an existing file cannot be read.
+// known ones), a path that is not a regular file of at most kMaxProfileBytes (a directory,
+// /dev/zero, a FIFO) or a malformed file, or figures whose predictions would not be finite;
+// IoError when an existing file cannot be read.
 Result<HardwareProfile> load_profile(const std::string& name_or_path);
 
 // Validates `p` and writes to_profile_json(p) to `path`. IoError names the path and the reason.

@@ -2,15 +2,18 @@
 
 #include <cmath>
 #include <cstring>
-#include <fstream>
 
 #include <fmt/format.h>
 
+#include "common/file_io.h"
 #include "common/hash.h"
 
 namespace ferry {
 
 namespace {
+
+// A CIFAR-10 binary batch is 10000 records of 3073 bytes (30,730,000 bytes); allow twice that.
+constexpr uint64_t kMaxCifarBatchBytes = uint64_t{64} << 20;
 
 uint64_t hash(uint64_t a, uint64_t b, uint64_t c = 0, uint64_t d = 0) {
   return splitmix64(splitmix64(splitmix64(splitmix64(a) ^ b) ^ c) ^ d);
@@ -191,14 +194,15 @@ Result<std::unique_ptr<DataSource>> open_cifar10(const std::string& dir, const G
   std::vector<uint8_t> records;
   for (int b = 1; b <= 5; ++b) {
     std::string path = fmt::format("{}/data_batch_{}.bin", dir, b);
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return Status::InvalidArgument(fmt::format("cannot open CIFAR-10 file '{}'", path));
-    std::vector<uint8_t> buf((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    // A directory or a device under that name is refused, not read (a directory used to abort).
+    FERRY_ASSIGN_OR_RETURN(std::string buf, read_regular_file(path, kMaxCifarBatchBytes, "CIFAR-10 batch"));
     if (buf.empty() || buf.size() % 3073 != 0)
       return Status::InvalidArgument(
           fmt::format("'{}' is not a CIFAR-10 binary batch: {} bytes is not a multiple of 3073", path, buf.size()));
-    for (size_t r = 0; r < buf.size(); r += 3073)
-      if (buf[r] > 9) return Status::InvalidArgument(fmt::format("'{}': record {} has label {}", path, r / 3073, buf[r]));
+    for (size_t r = 0; r < buf.size(); r += 3073) {
+      const uint8_t label = static_cast<uint8_t>(buf[r]);
+      if (label > 9) return Status::InvalidArgument(fmt::format("'{}': record {} has label {}", path, r / 3073, label));
+    }
     records.insert(records.end(), buf.begin(), buf.end());
   }
   return std::unique_ptr<DataSource>(std::make_unique<Cifar10>(std::move(records)));

@@ -37,6 +37,7 @@
 #include <unordered_map>
 #include <variant>
 
+#include "common/file_io.h"
 #include "common/units.h"
 
 namespace ferry {
@@ -244,9 +245,10 @@ bool read_bool(const Json& v, const std::string& path) {
 double read_time_us(const Json& v, const std::string& path) {
   if (v.is_number()) {
     double t = v.get<double>();
-    if (std::isfinite(t) && t >= 0) return t;
+    if (std::isfinite(t) && t >= 0 && t <= kMaxTraceOpTimeUs) return t;
   }
-  fail(path, "expected a finite non-negative number of microseconds, got " + describe(v));
+  fail(path, fmt::format("expected a finite non-negative number of microseconds (at most {:g}), got {}",
+                         kMaxTraceOpTimeUs, describe(v)));
 }
 
 float read_float(const Json& v, const std::string& path) {
@@ -718,35 +720,10 @@ Result<Graph> parse_trace(std::string_view json_text, std::string_view source_na
 }
 
 Result<Graph> load_trace(const std::string& path) {
-  try {
-    std::error_code ec;
-    const auto kind = std::filesystem::status(path, ec).type();
-    // A path that does not name a readable file is bad input (exit code 2); a read that fails
-    // part-way is an I/O error.
-    if (ec || kind == std::filesystem::file_type::not_found)
-      return Status::InvalidArgument(
-          fmt::format("cannot open trace '{}': {}", path, ec ? ec.message() : std::string("no such file")));
-    if (kind != std::filesystem::file_type::regular)
-      return Status::InvalidArgument(fmt::format("cannot read trace '{}': not a regular file", path));
-    const uintmax_t size = std::filesystem::file_size(path, ec);
-    if (ec) return Status::IoError(fmt::format("cannot read trace '{}': {}", path, ec.message()));
-    if (size > kMaxTraceTextBytes)
-      return Status::InvalidArgument(
-          fmt::format("{}: the file is {} bytes, over the limit of {} bytes ({}) for a trace", path, size,
-                      kMaxTraceTextBytes, format_bytes(kMaxTraceTextBytes)));
-    std::ifstream in(path, std::ios::binary);
-    if (!in) return Status::IoError(fmt::format("cannot open trace '{}': {}", path, std::strerror(errno)));
-    std::string text;
-    text.resize(size);
-    in.read(text.data(), static_cast<std::streamsize>(size));
-    if (in.gcount() != static_cast<std::streamsize>(size))
-      return Status::IoError(fmt::format("cannot read trace '{}': read {} of {} bytes", path, in.gcount(), size));
-    return parse_trace(text, path);
-  } catch (const std::bad_alloc&) {
-    return Status::OutOfMemory(fmt::format("out of host memory while reading trace '{}'", path));
-  } catch (const std::exception& e) {
-    return Status::IoError(fmt::format("cannot read trace '{}': {}", path, e.what()));
-  }
+  // A path that does not name a readable regular file, or one over the size limit, is bad input
+  // (exit code 2); a read that fails part-way is an I/O error.
+  FERRY_ASSIGN_OR_RETURN(std::string text, read_regular_file(path, kMaxTraceTextBytes, "trace"));
+  return parse_trace(text, path);
 }
 
 std::string to_trace_json(const Graph& g, bool pretty) {
@@ -804,17 +781,9 @@ std::string to_trace_json(const Graph& g, bool pretty) {
 
 Status save_trace(const Graph& g, const std::string& path) {
   try {
-    const std::string text = to_trace_json(g, true);
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    if (!out) return Status::IoError(fmt::format("cannot write trace '{}': {}", path, std::strerror(errno)));
-    out.write(text.data(), static_cast<std::streamsize>(text.size()));
-    out.close();
-    if (!out) return Status::IoError(fmt::format("cannot write trace '{}': {}", path, std::strerror(errno)));
-    return Status::Ok();
+    return write_file_atomically(path, to_trace_json(g, true), "trace");
   } catch (const std::bad_alloc&) {
     return Status::OutOfMemory(fmt::format("out of host memory while writing trace '{}'", path));
-  } catch (const std::exception& e) {
-    return Status::IoError(fmt::format("cannot write trace '{}': {}", path, e.what()));
   }
 }
 

@@ -29,13 +29,16 @@ inline constexpr int kTraceVersion = 1;
 inline constexpr uint64_t kMaxTraceTextBytes = uint64_t{1} << 30;    // 1 GiB of JSON
 inline constexpr uint64_t kMaxTraceTensorBytes = uint64_t{1} << 50;  // 1 PiB for one tensor
 inline constexpr size_t kMaxTraceShapeRank = 16;
+// 10^15 us (31 years) for one op: sums over 2^31 ops stay finite, so predictions do too.
+inline constexpr double kMaxTraceOpTimeUs = 1e15;
 
 // Parses a trace from JSON text. `source_name` (usually the file name) starts every error
 // message. Tensor ids of the file are remapped to dense ids in file order; the result validates.
 Result<Graph> parse_trace(std::string_view json_text, std::string_view source_name);
 
-// Reads and parses the trace file at `path`. IoError when it cannot be read, InvalidArgument
-// when it is malformed (the message starts with `path`).
+// Reads and parses the trace file at `path`. InvalidArgument when it is not a regular file of
+// at most kMaxTraceTextBytes (checked before reading: /dev/zero or a FIFO never hang) or is
+// malformed (the message starts with `path`); IoError when reading fails part-way.
 Result<Graph> load_trace(const std::string& path);
 
 // Serialises `g` (which should validate) as a version-1 trace; compact, or with one tensor or op
@@ -44,7 +47,8 @@ Result<Graph> load_trace(const std::string& path);
 // number is finite and every shaped tensor's bytes equal its element count times its dtype size.
 std::string to_trace_json(const Graph& g, bool pretty);
 
-// Writes to_trace_json(g, true) to `path`. IoError names the path and the system's reason.
+// Writes to_trace_json(g, true) to `path` atomically (common/file_io.h: a failed write keeps
+// the old file). IoError names the path and the system's reason.
 Status save_trace(const Graph& g, const std::string& path);
 
 // The first field in which `a` and `b` differ, as a path and both values

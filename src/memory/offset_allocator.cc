@@ -40,7 +40,7 @@ OffsetAllocator::OffsetAllocator(uint64_t capacity, uint64_t alignment, std::str
 }
 
 uint64_t OffsetAllocator::rounded_size(uint64_t bytes) const {
-  if (bytes == 0) return alignment_;
+  if (bytes == 0) return 0;
   // Saturate instead of wrapping: a request near UINT64_MAX must fail, not become tiny.
   if (bytes > UINT64_MAX - (alignment_ - 1)) return UINT64_MAX;
   return align_up(bytes, alignment_);
@@ -65,7 +65,17 @@ void OffsetAllocator::mark_live(uint64_t offset, uint64_t bytes, uint64_t reques
   ++num_allocations_;
 }
 
+void OffsetAllocator::mark_empty_live(uint64_t offset) {
+  ++empty_live_[offset];
+  ++num_empty_live_;
+  ++num_allocations_;
+}
+
 AllocResult<uint64_t> OffsetAllocator::allocate(uint64_t bytes) {
+  if (bytes == 0) {
+    mark_empty_live(capacity_);
+    return capacity_;
+  }
   uint64_t size = rounded_size(bytes);
   // Smallest free block of at least `size` bytes; among equals, the lowest offset.
   auto fit = free_by_size_.lower_bound({size, 0});
@@ -90,8 +100,14 @@ AllocResult<uint64_t> OffsetAllocator::allocate(uint64_t bytes) {
 }
 
 bool OffsetAllocator::allocate_at(uint64_t offset, uint64_t bytes) {
+  if (bytes == 0) {
+    if (offset > capacity_ || live_.contains(offset)) return false;
+    mark_empty_live(offset);
+    return true;
+  }
   uint64_t size = rounded_size(bytes);
   if (offset % alignment_ != 0 || offset > capacity_ || size > capacity_ - offset) return false;
+  if (empty_live_.contains(offset)) return false;  // free(offset) could not tell the two apart
   // The free block that would contain `offset`: the last one starting at or before it.
   auto it = free_by_offset_.upper_bound(offset);
   if (it == free_by_offset_.begin()) return false;
@@ -108,6 +124,14 @@ bool OffsetAllocator::allocate_at(uint64_t offset, uint64_t bytes) {
 
 void OffsetAllocator::free(uint64_t offset) {
   auto live = live_.find(offset);
+  if (live == live_.end()) {
+    if (auto empty = empty_live_.find(offset); empty != empty_live_.end()) {
+      if (--empty->second == 0) empty_live_.erase(empty);
+      --num_empty_live_;
+      ++num_frees_;
+      return;
+    }
+  }
   FERRY_CHECK(live != live_.end(),
               "free of offset {} in allocator '{}', which is not a live block (double free, or an "
               "offset this allocator did not return)",
@@ -137,6 +161,8 @@ void OffsetAllocator::reset() {
   free_by_size_.clear();
   free_by_offset_.clear();
   live_.clear();
+  empty_live_.clear();
+  num_empty_live_ = 0;
   if (capacity_ > 0) insert_free(0, capacity_);
   in_use_bytes_ = requested_bytes_ = 0;
   peak_in_use_bytes_ = peak_high_water_bytes_ = 0;
@@ -188,6 +214,7 @@ AllocatorStats OffsetAllocator::stats() const {
   s.free_bytes = capacity_ - in_use_bytes_;
   s.largest_free_bytes = free_by_size_.empty() ? 0 : free_by_size_.rbegin()->first;
   s.num_live_blocks = live_.size();
+  s.num_empty_blocks = num_empty_live_;
   s.num_free_blocks = free_by_offset_.size();
   s.num_allocations = num_allocations_;
   s.num_frees = num_frees_;
@@ -240,9 +267,18 @@ Status OffsetAllocator::validate() const {
                             requested_bytes_));
   if (live_sum + free_sum != capacity_)
     return fail(fmt::format("live {} + free {} bytes != capacity {}", live_sum, free_sum, capacity_));
-  if (num_allocations_ - num_frees_ != live_.size())
-    return fail(fmt::format("{} allocations - {} frees != {} live blocks", num_allocations_, num_frees_,
-                            live_.size()));
+  uint64_t empty_sum = 0;
+  for (const auto& [offset, count] : empty_live_) {
+    if (count == 0) return fail(fmt::format("an empty-block count of 0 is kept at offset {}", offset));
+    if (live_.contains(offset)) return fail(fmt::format("offset {} holds both an empty block and a live one", offset));
+    if (offset > capacity_) return fail(fmt::format("empty block at {} past the capacity {}", offset, capacity_));
+    empty_sum += count;
+  }
+  if (empty_sum != num_empty_live_)
+    return fail(fmt::format("empty blocks count {} but num_empty_live is {}", empty_sum, num_empty_live_));
+  if (num_allocations_ - num_frees_ != live_.size() + num_empty_live_)
+    return fail(fmt::format("{} allocations - {} frees != {} live blocks + {} empty ones", num_allocations_,
+                            num_frees_, live_.size(), num_empty_live_));
   return Status::Ok();
 }
 

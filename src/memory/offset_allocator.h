@@ -12,9 +12,15 @@
 //   offset, which keeps placement deterministic (the simulator must reproduce it exactly) and
 //   packs live data towards address 0. The allocation takes the front of that block.
 // - Every block starts at a multiple of `alignment` and its size is rounded up to one, so the
-//   managed range is [0, capacity rounded down to the alignment). allocate(0) is allowed and
-//   reserves one alignment unit: every allocation then has its own offset and every allocate()
-//   is matched by exactly one free(), so callers need no special case for empty tensors.
+//   managed range is [0, capacity rounded down to the alignment).
+// - A zero-byte block holds no memory (an undefined bias, an empty loss weight: real traces are
+//   full of them), so it reserves nothing and never changes a peak or a placement: a program
+//   with empty tensors needs exactly the bytes of one without them. It still has an offset and
+//   is matched by exactly one free(), so callers need no special case. allocate(0) puts it at
+//   the end of the range, where no block holding bytes can start; allocate_at(offset, 0) puts
+//   it where the caller says (the static placement uses the end of its arena), and refuses an
+//   offset where a block holding bytes starts, so free(offset) always knows which block it
+//   releases. Empty blocks are counted per offset (they are interchangeable).
 // - allocate_at() places a block at a fixed offset, for executing a static memory-sharing plan
 //   (analysis.h, MemoryPlan); it mixes freely with best-fit allocations.
 // - Out of memory is a value: AllocResult carries an AllocationFailure with the numbers, and the
@@ -111,7 +117,8 @@ struct AllocatorStats {
   uint64_t peak_high_water_bytes = 0;  // max of high_water_bytes (since reset() or reset_peaks())
   uint64_t free_bytes = 0;             // capacity_bytes - in_use_bytes
   uint64_t largest_free_bytes = 0;
-  uint64_t num_live_blocks = 0;
+  uint64_t num_live_blocks = 0;   // live blocks holding bytes
+  uint64_t num_empty_blocks = 0;  // live zero-byte blocks (they hold no bytes)
   uint64_t num_free_blocks = 0;
   uint64_t num_allocations = 0;  // successful allocate() and allocate_at() calls
   uint64_t num_frees = 0;
@@ -137,17 +144,20 @@ class OffsetAllocator {
   explicit OffsetAllocator(uint64_t capacity, uint64_t alignment = kDefaultAlignment,
                            std::string name = "arena");
 
-  // Reserves align_up(max(bytes, 1), alignment) bytes at the best-fitting free block and returns
-  // their offset, or an AllocationFailure when no free block is large enough.
+  // Reserves align_up(bytes, alignment) bytes at the best-fitting free block and returns their
+  // offset, or an AllocationFailure when no free block is large enough. allocate(0) reserves
+  // nothing, always succeeds and returns capacity() (see the design note).
   AllocResult<uint64_t> allocate(uint64_t bytes);
 
-  // Reserves align_up(max(bytes, 1), alignment) bytes at exactly `offset`. Returns false, and
-  // changes nothing, when the offset is not aligned or any byte of the range is live or outside
-  // the capacity.
+  // Reserves align_up(bytes, alignment) bytes at exactly `offset`. Returns false, and changes
+  // nothing, when the offset is not aligned or any byte of the range is live or outside the
+  // capacity, or (bytes > 0) an empty block is live at `offset`. For bytes == 0: true for any
+  // offset <= capacity() at which no block holding bytes starts; nothing is reserved.
   [[nodiscard]] bool allocate_at(uint64_t offset, uint64_t bytes);
 
-  // Releases the live block at `offset` and merges it with free neighbours. A double free or an
-  // offset this allocator did not return is a bug in the caller: FERRY_CHECK aborts.
+  // Releases the live block at `offset` (a block holding bytes merges with free neighbours; else
+  // one empty block there). A double free or an offset this allocator did not return is a bug
+  // in the caller: FERRY_CHECK aborts.
   void free(uint64_t offset);
 
   // Frees everything and zeroes every counter, as if newly constructed.
@@ -158,7 +168,7 @@ class OffsetAllocator {
   uint64_t capacity() const { return capacity_; }
   uint64_t alignment() const { return alignment_; }
   const std::string& name() const { return name_; }
-  // Bytes reserved for `bytes` requested: what allocate(bytes) takes from the free space.
+  // Bytes reserved for `bytes` requested: what allocate(bytes) takes from the free space (0 for 0).
   uint64_t rounded_size(uint64_t bytes) const;
   uint64_t in_use_bytes() const { return in_use_bytes_; }
   // Reserved size of the live block at `offset`, or nullopt when no live block starts there.
@@ -167,7 +177,8 @@ class OffsetAllocator {
   // All counters, in O(1).
   AllocatorStats stats() const;
 
-  // Live and free blocks sorted by offset. O(n log n): for tests, invariant checks and reports.
+  // Live blocks holding bytes and free blocks, sorted by offset. O(n log n): for tests, invariant
+  // checks and reports. Empty blocks are counted in stats().num_empty_blocks.
   std::vector<AllocatorBlock> live_blocks() const;
   std::vector<AllocatorBlock> free_blocks() const;
 
@@ -185,6 +196,7 @@ class OffsetAllocator {
   void insert_free(uint64_t offset, uint64_t bytes);
   void erase_free(std::map<uint64_t, uint64_t>::iterator it);
   void mark_live(uint64_t offset, uint64_t bytes, uint64_t requested);
+  void mark_empty_live(uint64_t offset);
   uint64_t high_water_bytes() const;
   AllocationFailure make_failure(uint64_t requested, uint64_t rounded) const;
 
@@ -194,7 +206,9 @@ class OffsetAllocator {
 
   FreeBySize free_by_size_;
   std::map<uint64_t, uint64_t> free_by_offset_;   // offset -> size
-  std::unordered_map<uint64_t, LiveBlock> live_;  // offset -> block
+  std::unordered_map<uint64_t, LiveBlock> live_;  // offset -> block holding bytes
+  std::map<uint64_t, uint64_t> empty_live_;       // offset -> live zero-byte blocks there
+  uint64_t num_empty_live_ = 0;
 
   uint64_t in_use_bytes_ = 0;
   uint64_t requested_bytes_ = 0;

@@ -63,6 +63,9 @@ struct PlanContext {
   bool allow_inplace = true;               // as ProgramOptions::allow_inplace
   uint64_t alignment = 64;                 // device block alignment (OffsetAllocator's)
   PolicyOptions options{};
+  // When a plan does not fit, name the smallest budget at which the policy fits (a search of
+  // 10-100 plans); false: say only what the plan needs (sweeps, which probe many budgets).
+  bool name_smallest_budget = true;
 };
 
 // A plan and what the planner knows about it.
@@ -92,7 +95,8 @@ const std::vector<PolicyInfo>& list_policies();
 
 // Plans `policy` for ctx. Errors: InvalidArgument for an unknown policy (the message lists them),
 // bad options or an invalid graph; OutOfMemory when the plan does not fit ctx.budget_bytes, with
-// the device bytes it needs and the smallest budget at which this policy fits; Unsupported for
+// the device bytes it needs and (ctx.name_smallest_budget) the smallest budget at which this
+// policy fits; Unsupported for
 // checkmate when Ferry was built without CBC or the graph exceeds its limits.
 Result<PlanReport> plan_policy(std::string_view policy, const PlanContext& ctx);
 
@@ -106,12 +110,15 @@ Result<LowerBound> lower_bound(const PlanContext& ctx);
 
 // The smallest budget (bytes, a multiple of ctx.alignment) at which `policy` produces a plan that
 // fits, ignoring ctx.budget_bytes. Budget-oblivious policies: the device bytes of their one plan.
-// Budget-aware ones: bisection between a bound no plan beats (persistent region + the largest
-// set of tensors one op reads) and the `none` plan's device bytes, to within 0.5% of the latter,
-// on the planners' exact measure (no simulation needed: the simulator's feasibility is the same
-// placement); it assumes that feasibility grows with the budget, which greedy planners only
-// approximate, so a smaller budget may occasionally fit too. checkmate's probes stop at CBC's
-// first feasible solution. Errors: those of plan_policy other than OutOfMemory.
+// Budget-aware ones search on the planners' exact measure (no simulation needed: the
+// simulator's feasibility is the same placement). lru and capuchin: their feasibility is not
+// monotone in the budget, so a bisection (between a bound no plan beats and the `none` plan's
+// device bytes, to 0.5% of the latter) finds a budget B that fits and a scan below it returns
+// the lowest that fits in steps of 1% of the `none` plan's bytes: the answer fits, and no budget
+// below it by a whole number of those steps does. checkmate: bisection only, with probes that
+// stop at CBC's first feasible solution; its MILP's feasibility is monotone (the budget is only
+// a right-hand side), but CBC's limits and placement fragmentation are not, and a scan would
+// cost one CBC solve per point. Errors: those of plan_policy other than OutOfMemory.
 Result<uint64_t> find_min_budget(std::string_view policy, const PlanContext& ctx);
 
 }  // namespace ferry

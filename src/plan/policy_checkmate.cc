@@ -241,7 +241,8 @@ class Checkmate {
 
   size_t idx(TensorId t) const { return static_cast<size_t>(t); }
   OpId nf() const { return f_.num_forward; }
-  bool in_v(TensorId t) const { return f_.recomputable(t); }
+  // Empty tensors hold nothing: they stay on the device and get no variable.
+  bool in_v(TensorId t) const { return f_.recomputable(t) && g_.tensor(t).bytes > 0; }
 
   // Which (stage, tensor) and (stage, op) pairs get a variable. need(v) = the stages that may
   // read v: its backward readers, and the stages where a forward consumer of v may be
@@ -498,7 +499,11 @@ Result<PlanAttempt> plan_checkmate(const PlanContext& ctx, const PlanFacts& fact
 }
 
 Result<uint64_t> checkmate_min_budget(const PlanContext& ctx, const PlanFacts& facts) {
-  // Any feasible solution shows a budget can be met, so probes stop at CBC's first one.
+  // Any feasible solution shows a budget can be met, so probes stop at CBC's first one. The
+  // MILP's feasibility is monotone in the budget (a solution for one budget satisfies every row
+  // for a larger one), so bisection is sound for it; what is not monotone is whether CBC finds a
+  // solution within its limits and whether the placed arena (fragmentation) stays within the
+  // budget. No scan below (lowest_fit_below): each probe is a CBC solve of seconds to minutes.
   return bisect_min_budget(ctx, facts, [&](uint64_t budget) -> Result<bool> {
     PlanContext c = ctx;
     c.budget_bytes = budget;

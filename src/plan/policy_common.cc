@@ -82,6 +82,9 @@ class Completion {
           fmt::format("policy '{}' at step {}: tensor id {} out of range", in_.policy, step, a.tensor));
     const size_t t = idx(a.tensor);
     if (!born_[t]) return bug(step, a, "it does not exist yet");
+    // An empty tensor holds no memory: moving or dropping it frees nothing and costs a transfer's
+    // latency or a recompute, so it stays where it is (and plans like a graph without it).
+    if (g_.tensor(a.tensor).bytes == 0) return Status::Ok();
     switch (a.kind) {
       case ActionKind::kSwapOut:
         if (copy_[t][tier_index(a.tier)]) return Status::Ok();  // the copy is still valid: nothing to move
@@ -378,8 +381,7 @@ Schedule empty_schedule(const PlanContext& ctx, std::string_view policy) {
   return s;
 }
 
-Result<uint64_t> bisect_min_budget(const PlanContext& ctx, const PlanFacts& facts,
-                                   const std::function<Result<bool>(uint64_t)>& fits) {
+uint64_t min_budget_lower_bound(const PlanContext& ctx, const PlanFacts& facts) {
   // No plan beats the persistent region plus what one op reads at once.
   uint64_t step_inputs = 0;
   for (const Op& op : ctx.graph.ops) {
@@ -388,8 +390,17 @@ Result<uint64_t> bisect_min_budget(const PlanContext& ctx, const PlanFacts& fact
       if (!ctx.graph.tensor(t).persistent()) sum += facts.aligned_bytes(t);
     step_inputs = std::max(step_inputs, sum);
   }
-  uint64_t lo = facts.analysis.persistent_region_bytes + step_inputs;  // infeasible, or unknown
-  uint64_t hi = facts.none_device_bytes;                               // feasible once checked
+  return facts.analysis.persistent_region_bytes + step_inputs;
+}
+
+uint64_t min_budget_scan_step(const PlanContext& ctx, const PlanFacts& facts) {
+  return align_up(std::max<uint64_t>(facts.none_device_bytes / 100, 1), ctx.alignment);
+}
+
+Result<uint64_t> bisect_min_budget(const PlanContext& ctx, const PlanFacts& facts,
+                                   const std::function<Result<bool>(uint64_t)>& fits) {
+  uint64_t lo = min_budget_lower_bound(ctx, facts);  // infeasible, or unknown
+  uint64_t hi = facts.none_device_bytes;             // feasible once checked
   for (int grow = 0;; ++grow) {
     FERRY_ASSIGN_OR_RETURN(bool ok, fits(hi));
     if (ok) break;
@@ -406,6 +417,19 @@ Result<uint64_t> bisect_min_budget(const PlanContext& ctx, const PlanFacts& fact
     (ok ? hi : lo) = mid;
   }
   return hi;
+}
+
+Result<uint64_t> lowest_fit_below(const PlanContext& ctx, const PlanFacts& facts,
+                                  const std::function<Result<bool>(uint64_t)>& fits, uint64_t found) {
+  const uint64_t step = min_budget_scan_step(ctx, facts);
+  const uint64_t floor = min_budget_lower_bound(ctx, facts);
+  uint64_t lowest = found;
+  for (uint64_t budget = found; budget >= floor + step && budget >= step;) {
+    budget -= step;
+    FERRY_ASSIGN_OR_RETURN(bool ok, fits(budget));
+    if (ok) lowest = budget;
+  }
+  return lowest;
 }
 
 Result<PlanAttempt> finish_attempt(const PlanContext& ctx, const PlanFacts& facts, Schedule intent) {

@@ -10,7 +10,8 @@
 //   machine and makes the intent legal: it fetches on demand what an op or a recompute reads but
 //   is not on the device (swap-in from its copy, else a recompute chain), drops actions that
 //   became redundant (a swap-out to a tier that already holds a copy, a prefetch of a tensor that
-//   is on the device) and actions naming tensors that are dead by then. Policies stay short and
+//   is on the device), actions on empty (0-byte) tensors, which free nothing, and actions naming
+//   tensors that are dead by then. Policies stay short and
 //   cannot emit an illegal schedule by forgetting a prerequisite.
 // - Memory is judged as the executor places it (schedule/placement.h): blocks with step-interval
 //   lifetimes. live_bytes_per_step() counts those blocks per step without placing them (cheap,
@@ -122,12 +123,25 @@ Result<PlanAttempt> plan_checkmate(const PlanContext& ctx, const PlanFacts& fact
 // Checkmate's smallest budget: bisection whose probes stop at CBC's first feasible solution.
 Result<uint64_t> checkmate_min_budget(const PlanContext& ctx, const PlanFacts& facts);
 
-// The smallest budget at which `fits` holds, by bisection between a bound no plan beats
-// (persistent region + the largest set of tensors one op reads) and the keep plan's device
-// bytes (raised by 25% up to four times while it does not fit), to within 0.5% of the latter.
-// Assumes `fits` is monotone in the budget.
+// A budget no plan fits below: the persistent region plus the largest set of transient
+// tensors one op reads at once.
+uint64_t min_budget_lower_bound(const PlanContext& ctx, const PlanFacts& facts);
+// The grid lowest_fit_below() probes: 1% of the keep plan's device bytes, aligned.
+uint64_t min_budget_scan_step(const PlanContext& ctx, const PlanFacts& facts);
+
+// The smallest budget at which `fits` holds, by bisection between min_budget_lower_bound() and
+// the keep plan's device bytes (raised by 25% up to four times while it does not fit), to within
+// 0.5% of the latter. The answer fits; it is the smallest only if `fits` is monotone in the
+// budget (see lowest_fit_below() for planners that are not).
 Result<uint64_t> bisect_min_budget(const PlanContext& ctx, const PlanFacts& facts,
                                    const std::function<Result<bool>(uint64_t)>& fits);
+
+// For a `fits` that is not monotone (a greedy planner: a smaller budget can lead it to other,
+// better choices): probes found - k * min_budget_scan_step() for k = 1, 2, ... down to
+// min_budget_lower_bound() and returns the lowest budget that fits, or `found` when none does.
+// `found` must fit. The answer B then fits and no B - k * step (k >= 1) does.
+Result<uint64_t> lowest_fit_below(const PlanContext& ctx, const PlanFacts& facts,
+                                  const std::function<Result<bool>(uint64_t)>& fits, uint64_t found);
 
 // Appends `a` to the before / after list of `step`.
 inline void add_before(Schedule& s, OpId step, Action a) { s.before[static_cast<size_t>(step)].push_back(a); }

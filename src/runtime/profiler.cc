@@ -9,12 +9,14 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 #include <thread>
 
 #include <fmt/format.h>
 
 #include "cost/cost_model.h"
 #include "common/units.h"
+#include "common/unlink_on_signal.h"
 #include "runtime/executor.h"
 
 namespace ferry {
@@ -84,19 +86,44 @@ Result<std::vector<TransferSample>> measure_host_link(Backend& backend) {
   return out;
 }
 
+namespace {
+
+// The storage probe's file, created so that it is never found on disk afterwards nor opened
+// through someone else's file: O_TMPFILE (a file without a name) where the file system has it;
+// else a random name created with O_EXCL | O_NOFOLLOW (a planted file or symlink is refused, not
+// followed) and unlinked at once, the moment in between covered by UnlinkOnSignal. Either way
+// the data lives only as long as the descriptor, whatever ends the process.
+Result<int> open_probe_file(const std::string& dir) {
+  const int flags = O_RDWR | O_DIRECT | O_CLOEXEC;
+  int fd = ::open(dir.c_str(), flags | O_TMPFILE, 0600);
+  if (fd >= 0) return fd;
+  if (errno != EOPNOTSUPP && errno != EISDIR && errno != EINVAL)
+    return Status::IoError(fmt::format("cannot create a direct-I/O file in '{}': {}", dir, std::strerror(errno)));
+  std::random_device entropy;
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    const std::string path = fmt::format("{}/ferry-profile-{}-{:08x}.tmp", dir, static_cast<long>(::getpid()),
+                                         static_cast<uint32_t>(entropy()));
+    UnlinkOnSignal guard(path);
+    fd = ::open(path.c_str(), flags | O_CREAT | O_EXCL | O_NOFOLLOW, 0600);
+    if (fd >= 0) {
+      ::unlink(path.c_str());
+      return fd;
+    }
+    if (errno != EEXIST)
+      return Status::IoError(fmt::format("cannot create '{}' with direct I/O: {}", path, std::strerror(errno)));
+  }
+  return Status::IoError(fmt::format("cannot create a direct-I/O file in '{}': no free name", dir));
+}
+
+}  // namespace
+
 Result<std::vector<TransferSample>> measure_storage(const std::string& dir, uint64_t total_bytes) {
-  std::string path = fmt::format("{}/ferry-profile-{}.tmp", dir, ::getpid());
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_DIRECT, 0600);
-  if (fd < 0)
-    return Status::IoError(fmt::format("cannot create '{}' with direct I/O: {}", path, std::strerror(errno)));
+  FERRY_ASSIGN_OR_RETURN(const int fd, open_probe_file(dir));
+  const std::string path = fmt::format("a direct-I/O file in '{}'", dir);
   struct Cleanup {
     int fd;
-    std::string path;
-    ~Cleanup() {
-      ::close(fd);
-      ::unlink(path.c_str());
-    }
-  } cleanup{fd, path};
+    ~Cleanup() { ::close(fd); }
+  } cleanup{fd};
   constexpr uint64_t kAlign = 4096;
   std::vector<TransferSample> out;
   for (uint64_t request : {uint64_t{1} << 20, uint64_t{8} << 20}) {
@@ -125,7 +152,7 @@ Result<std::vector<TransferSample>> measure_storage(const std::string& dir, uint
         if (write && error == 0 && ::fdatasync(fd) != 0) error = errno;
         const double t = seconds_since(t0);
         if (error != 0)
-          return Status::IoError(fmt::format("direct I/O {} of '{}' failed: {}", write ? "write" : "read", path,
+          return Status::IoError(fmt::format("direct I/O {} of {} failed: {}", write ? "write" : "read", path,
                                              std::strerror(error)));
         out.push_back({std::string(to_string(write ? Link::kSsdWrite : Link::kSsdRead)), request, depth,
                        static_cast<double>(count * request) / t, t * 1e6 / static_cast<double>(count) * depth});

@@ -37,8 +37,10 @@ struct TransferSample {
 
 // Device arena <-> host pool copies through the backend, at several sizes.
 Result<std::vector<TransferSample>> measure_host_link(Backend& backend);
-// Direct-I/O writes and reads of a temporary file in `dir` (removed afterwards), at several request
-// sizes and queue depths. Errors: kIoError naming the file (e.g. a full disk).
+// Direct-I/O writes and reads of a temporary file in `dir`, at several request sizes and queue
+// depths. The file has no name on disk while it is used (O_TMPFILE, or created exclusively under a
+// random name and unlinked at once), so no signal or error leaves it behind and no planted file
+// or symlink is opened. Errors: kIoError naming the directory (e.g. a full disk).
 Result<std::vector<TransferSample>> measure_storage(const std::string& dir, uint64_t total_bytes);
 
 // A hardware profile of this machine from the measurements (peak FLOP/s = the best rate an op of

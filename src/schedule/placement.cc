@@ -16,6 +16,7 @@ Result<ProgramPlacement> place_program(const Graph& g, const Program& p, uint64_
   const OpId last_step = p.num_steps == 0 ? 0 : static_cast<OpId>(p.num_steps - 1);
   std::vector<int32_t> open(g.tensors.size(), -1);  // tensor -> its current block
   std::vector<size_t> opened_by;                     // block -> instruction that opened it
+  std::vector<size_t> empty_persistent;              // instructions allocating 0-byte persistent tensors
   int32_t scratch_block = -1;
   const std::vector<bool> resident = p.device_resident(g);
   auto open_block = [&](size_t k, const Instruction& in, TensorId t, OpId scratch_of) {
@@ -35,6 +36,10 @@ Result<ProgramPlacement> place_program(const Graph& g, const Program& p, uint64_
     switch (in.kind) {
       case InstrKind::kAlloc: {
         if (resident[in.tensor]) {
+          if (in.bytes == 0) {
+            empty_persistent.push_back(k);
+            break;
+          }
           out.offset[k] = out.persistent_region_bytes;
           out.persistent_region_bytes += align_up(in.bytes, alignment);
           break;
@@ -72,9 +77,13 @@ Result<ProgramPlacement> place_program(const Graph& g, const Program& p, uint64_
   const uint64_t transient_good_enough =
       good_enough_bytes > out.persistent_region_bytes ? good_enough_bytes - out.persistent_region_bytes : 0;
   out.plan = plan_memory_sharing(out.blocks, alignment, transient_good_enough);
-  for (size_t b = 0; b < out.blocks.size(); ++b)
-    out.offset[opened_by[b]] = out.persistent_region_bytes + out.plan.offsets[b];
   out.arena_bytes = out.persistent_region_bytes + out.plan.arena_bytes;
+  // Empty blocks hold nothing; they all sit at the end of the arena, where no block holding
+  // bytes starts (OffsetAllocator's rule for zero-byte blocks).
+  for (size_t b = 0; b < out.blocks.size(); ++b)
+    out.offset[opened_by[b]] =
+        out.blocks[b].bytes == 0 ? out.arena_bytes : out.persistent_region_bytes + out.plan.offsets[b];
+  for (size_t k : empty_persistent) out.offset[k] = out.arena_bytes;
   return out;
 }
 

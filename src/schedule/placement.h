@@ -13,6 +13,9 @@
 // - The other blocks are placed by the analysis' memory-sharing planner (memory/sharing_plan.h)
 //   after the persistent region. For the keep plan (policy none) these blocks are exactly the
 //   analysis' buffers, so the placement equals the analysis' static plan byte for byte.
+// - A zero-byte block (an empty tensor) holds nothing: it is placed at arena_bytes, the end of
+//   the arena, where no block holding bytes starts, and changes no offset and no size, so a
+//   program with empty tensors places exactly like one without them.
 // - The executor and the simulator both allocate at these offsets (OffsetAllocator::allocate_at),
 //   so they see the same addresses and the same peak; a plan fits a budget iff arena_bytes <= it.
 #pragma once

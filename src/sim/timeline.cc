@@ -6,11 +6,11 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/file_io.h"
 #include "common/units.h"
 
 namespace ferry {
@@ -18,15 +18,6 @@ namespace ferry {
 namespace {
 
 using Json = nlohmann::json;
-
-Status write_text(const std::string& text, const std::string& path, std::string_view what) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) return Status::IoError(fmt::format("cannot write {} '{}': {}", what, path, std::strerror(errno)));
-  out << text;
-  out.close();
-  if (!out) return Status::IoError(fmt::format("cannot write {} '{}': write failed", what, path));
-  return Status::Ok();
-}
 
 // XML-escapes text for SVG.
 std::string xml(std::string_view s) {
@@ -129,152 +120,182 @@ std::string to_chrome_trace_json(const SimResult& r) {
 }
 
 Status write_chrome_trace(const SimResult& r, const std::string& path) {
-  return write_text(to_chrome_trace_json(r), path, "Chrome trace");
+  return write_file_atomically(path, to_chrome_trace_json(r), "Chrome trace");
 }
 
-std::string memory_svg(const SimResult& r, uint64_t budget_bytes) {
-  constexpr double kWidth = 960, kHeight = 480;
-  constexpr double kLeft = 90, kRight = 30, kTop = 64, kBottom = 60;
-  constexpr double kPlotW = kWidth - kLeft - kRight, kPlotH = kHeight - kTop - kBottom;
+namespace {
 
-  double t_max = r.iteration_us;
-  uint64_t v_max = std::max(r.peak_device_bytes, budget_bytes);
-  for (const MemorySample& m : r.memory) {
-    t_max = std::max(t_max, m.time_us);
-    v_max = std::max({v_max, m.in_use_bytes, m.high_water_bytes});
+// The plot area of memory_svg() and its two scales.
+struct MemoryPlot {
+  static constexpr double kWidth = 960, kHeight = 480;
+  static constexpr double kLeft = 90, kRight = 30, kTop = 64, kBottom = 60;
+  static constexpr double kPlotW = kWidth - kLeft - kRight, kPlotH = kHeight - kTop - kBottom;
+
+  double t_max = 1;  // us at the right edge
+  double y_top = 1;  // bytes at the top edge
+  Unit tu{1, "us"}, bu{1, "B"};
+
+  MemoryPlot(const SimResult& r, uint64_t budget_bytes) {
+    t_max = r.iteration_us;
+    uint64_t v_max = std::max(r.peak_device_bytes, budget_bytes);
+    for (const MemorySample& m : r.memory) {
+      t_max = std::max(t_max, m.time_us);
+      v_max = std::max({v_max, m.in_use_bytes, m.high_water_bytes});
+    }
+    if (!(t_max > 0)) t_max = 1;
+    y_top = v_max > 0 ? double(v_max) * 1.08 : 1.0;
+    tu = time_unit(t_max);
+    bu = byte_unit(y_top);
   }
-  if (!(t_max > 0)) t_max = 1;
-  const double y_top = v_max > 0 ? double(v_max) * 1.08 : 1.0;
-  const Unit tu = time_unit(t_max);
-  const Unit bu = byte_unit(y_top);
-  auto x_of = [&](double us) { return kLeft + us / t_max * kPlotW; };
-  auto y_of = [&](double bytes) { return kTop + kPlotH - bytes / y_top * kPlotH; };
+  double x(double us) const { return kLeft + us / t_max * kPlotW; }
+  double y(double bytes) const { return kTop + kPlotH - bytes / y_top * kPlotH; }
+};
 
-  std::string svg;
-  svg += fmt::format(
+std::string svg_title(const SimResult& r, uint64_t budget_bytes) {
+  std::string svg = fmt::format(
       "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{0}\" height=\"{1}\" viewBox=\"0 0 {0} {1}\" "
       "font-family=\"Helvetica, Arial, sans-serif\" font-size=\"12\">\n",
-      kWidth, kHeight);
-  svg += fmt::format("<rect x=\"0\" y=\"0\" width=\"{}\" height=\"{}\" fill=\"white\"/>\n", kWidth, kHeight);
-
-  // Title and subtitle.
-  svg += fmt::format("<text x=\"{}\" y=\"24\" font-size=\"16\" font-weight=\"bold\">{}</text>\n", kLeft,
+      MemoryPlot::kWidth, MemoryPlot::kHeight);
+  svg += fmt::format("<rect x=\"0\" y=\"0\" width=\"{}\" height=\"{}\" fill=\"white\"/>\n", MemoryPlot::kWidth,
+                     MemoryPlot::kHeight);
+  svg += fmt::format("<text x=\"{}\" y=\"24\" font-size=\"16\" font-weight=\"bold\">{}</text>\n", MemoryPlot::kLeft,
                      xml(fmt::format("Device memory: {} on {} (policy {})", r.model, r.device, r.policy)));
-  std::string sub = fmt::format("iteration {}, peak {} (in use {}), {}", time_text(r.iteration_us),
+  std::string sub = fmt::format("predicted: iteration {}, peak {} (in use {}), {}", time_text(r.iteration_us),
                                 format_bytes(r.peak_device_bytes), format_bytes(r.peak_in_use_bytes),
                                 budget_bytes > 0 ? "budget " + format_bytes(budget_bytes) : std::string("no budget"));
-  svg += fmt::format("<text x=\"{}\" y=\"44\" fill=\"{}\">{}</text>\n", kLeft, r.feasible ? "#333" : "#c00",
+  svg += fmt::format("<text x=\"{}\" y=\"44\" fill=\"{}\">{}</text>\n", MemoryPlot::kLeft, r.feasible ? "#333" : "#c00",
                      xml(r.feasible ? sub : "INFEASIBLE: " + sub));
+  return svg;
+}
 
-  // Grid and axes.
-  const double y_step = nice_step(y_top / bu.scale, 6);
-  for (double v = 0; v <= y_top / bu.scale + 1e-9; v += y_step) {
-    const double y = y_of(v * bu.scale);
-    svg += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#e5e5e5\"/>\n", kLeft, y,
-                       kLeft + kPlotW, y);
-    svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\">{}</text>\n", kLeft - 8, y + 4,
+std::string svg_axes(const MemoryPlot& p) {
+  using P = MemoryPlot;
+  std::string svg;
+  const double y_step = nice_step(p.y_top / p.bu.scale, 6);
+  for (double v = 0; v <= p.y_top / p.bu.scale + 1e-9; v += y_step) {
+    const double y = p.y(v * p.bu.scale);
+    svg += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#e5e5e5\"/>\n", P::kLeft, y,
+                       P::kLeft + P::kPlotW, y);
+    svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\">{}</text>\n", P::kLeft - 8, y + 4,
                        trim_number(v));
   }
-  const double x_step = nice_step(t_max / tu.scale, 8);
-  for (double v = 0; v <= t_max / tu.scale + 1e-9; v += x_step) {
-    const double x = x_of(v * tu.scale);
-    svg += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#e5e5e5\"/>\n", x, kTop,
-                       x, kTop + kPlotH);
-    svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n", x, kTop + kPlotH + 18,
-                       trim_number(v));
+  const double x_step = nice_step(p.t_max / p.tu.scale, 8);
+  for (double v = 0; v <= p.t_max / p.tu.scale + 1e-9; v += x_step) {
+    const double x = p.x(v * p.tu.scale);
+    svg += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#e5e5e5\"/>\n", x, P::kTop,
+                       x, P::kTop + P::kPlotH);
+    svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">{}</text>\n", x,
+                       P::kTop + P::kPlotH + 18, trim_number(v));
   }
-  svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#333\"/>\n", kLeft,
-                     kTop, kPlotW, kPlotH);
-  svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">time ({})</text>\n", kLeft + kPlotW / 2,
-                     kHeight - 18, tu.name);
+  svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#333\"/>\n", P::kLeft,
+                     P::kTop, P::kPlotW, P::kPlotH);
+  svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">time ({})</text>\n",
+                     P::kLeft + P::kPlotW / 2, P::kHeight - 18, p.tu.name);
   svg += fmt::format(
       "<text x=\"22\" y=\"{:.1f}\" text-anchor=\"middle\" transform=\"rotate(-90 22 {:.1f})\">device memory ({})</text>\n",
-      kTop + kPlotH / 2, kTop + kPlotH / 2, bu.name);
+      P::kTop + P::kPlotH / 2, P::kTop + P::kPlotH / 2, p.bu.name);
+  return svg;
+}
 
-  // In-use as a step function, reduced to min/max per pixel column; high-water likewise.
-  auto step_path = [&](auto value_of) {
-    std::string d;
-    if (r.memory.empty()) return d;
-    double prev = 0;
-    d += fmt::format("M{:.1f},{:.1f}", x_of(0), y_of(0));
-    size_t i = 0;
-    while (i < r.memory.size()) {
-      const int column = static_cast<int>(x_of(r.memory[i].time_us));
-      double lo = prev, hi = prev, last = prev;
-      const double x = x_of(r.memory[i].time_us);
-      while (i < r.memory.size() && static_cast<int>(x_of(r.memory[i].time_us)) == column) {
-        last = double(value_of(r.memory[i]));
-        lo = std::min(lo, last);
-        hi = std::max(hi, last);
-        ++i;
-      }
-      d += fmt::format("H{:.1f}V{:.1f}V{:.1f}V{:.1f}", x, y_of(hi), y_of(lo), y_of(last));
-      prev = last;
+// A step function of one sample field, reduced to min/max per pixel column.
+template <typename ValueOf>
+std::string step_path(const MemoryPlot& p, const std::vector<MemorySample>& memory, ValueOf value_of) {
+  std::string d;
+  if (memory.empty()) return d;
+  double prev = 0;
+  d += fmt::format("M{:.1f},{:.1f}", p.x(0), p.y(0));
+  size_t i = 0;
+  while (i < memory.size()) {
+    const int column = static_cast<int>(p.x(memory[i].time_us));
+    double lo = prev, hi = prev, last = prev;
+    const double x = p.x(memory[i].time_us);
+    while (i < memory.size() && static_cast<int>(p.x(memory[i].time_us)) == column) {
+      last = double(value_of(memory[i]));
+      lo = std::min(lo, last);
+      hi = std::max(hi, last);
+      ++i;
     }
-    d += fmt::format("H{:.1f}", x_of(t_max));
-    return d;
-  };
-  const std::string in_use = step_path([](const MemorySample& m) { return m.in_use_bytes; });
-  const std::string high = step_path([](const MemorySample& m) { return m.high_water_bytes; });
-  if (!in_use.empty()) {
-    svg += fmt::format("<path d=\"{}V{:.1f}Z\" fill=\"#9ecae1\" fill-opacity=\"0.55\" stroke=\"none\"/>\n", in_use,
-                       y_of(0));
-    svg += fmt::format("<path d=\"{}\" fill=\"none\" stroke=\"#3182bd\" stroke-width=\"1.2\"/>\n", in_use);
-    svg += fmt::format("<path d=\"{}\" fill=\"none\" stroke=\"#636363\" stroke-width=\"1\" stroke-dasharray=\"2,2\"/>\n",
-                       high);
+    d += fmt::format("H{:.1f}V{:.1f}V{:.1f}V{:.1f}", x, p.y(hi), p.y(lo), p.y(last));
+    prev = last;
   }
+  d += fmt::format("H{:.1f}", p.x(p.t_max));
+  return d;
+}
 
-  // Budget line.
+// In use (filled, with its outline) and the allocator's high-water mark (dashed).
+std::string svg_curves(const MemoryPlot& p, const SimResult& r) {
+  const std::string in_use = step_path(p, r.memory, [](const MemorySample& m) { return m.in_use_bytes; });
+  const std::string high = step_path(p, r.memory, [](const MemorySample& m) { return m.high_water_bytes; });
+  if (in_use.empty()) return "";
+  std::string svg = fmt::format("<path d=\"{}V{:.1f}Z\" fill=\"#9ecae1\" fill-opacity=\"0.55\" stroke=\"none\"/>\n",
+                                in_use, p.y(0));
+  svg += fmt::format("<path d=\"{}\" fill=\"none\" stroke=\"#3182bd\" stroke-width=\"1.2\"/>\n", in_use);
+  svg += fmt::format("<path d=\"{}\" fill=\"none\" stroke=\"#636363\" stroke-width=\"1\" stroke-dasharray=\"2,2\"/>\n",
+                     high);
+  return svg;
+}
+
+// The budget line, where an infeasible plan runs out of memory, and the peak of the in-use curve.
+std::string svg_markers(const MemoryPlot& p, const SimResult& r, uint64_t budget_bytes) {
+  using P = MemoryPlot;
+  std::string svg;
   if (budget_bytes > 0) {
-    const double y = y_of(double(budget_bytes));
+    const double y = p.y(double(budget_bytes));
     svg += fmt::format(
         "<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#d62728\" stroke-width=\"1.5\" "
         "stroke-dasharray=\"6,4\"/>\n",
-        kLeft, y, kLeft + kPlotW, y);
+        P::kLeft, y, P::kLeft + P::kPlotW, y);
     svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\" fill=\"#d62728\">budget {}</text>\n",
-                       kLeft + kPlotW - 6, y - 6, xml(format_bytes(budget_bytes)));
+                       P::kLeft + P::kPlotW - 6, y - 6, xml(format_bytes(budget_bytes)));
   }
-
-  // Where an infeasible plan runs out of memory.
   if (r.failure) {
-    const double x = x_of(r.failure->time_us);
-    const bool right_half = x > kLeft + kPlotW * 0.6;
+    const double x = p.x(r.failure->time_us);
+    const bool right_half = x > P::kLeft + P::kPlotW * 0.6;
     svg += fmt::format(
         "<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{0:.1f}\" y2=\"{2:.1f}\" stroke=\"#d62728\" stroke-width=\"1.2\" "
         "stroke-dasharray=\"3,3\"/>\n",
-        x, kTop, kTop + kPlotH);
-    svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"{}\" fill=\"#d62728\">out of memory at step {}</text>\n",
-                       right_half ? x - 6 : x + 6, kTop + kPlotH - 8, right_half ? "end" : "start", r.failure->step);
+        x, P::kTop, P::kTop + P::kPlotH);
+    svg += fmt::format(
+        "<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"{}\" fill=\"#d62728\">out of memory at step {}</text>\n",
+        right_half ? x - 6 : x + 6, P::kTop + P::kPlotH - 8, right_half ? "end" : "start", r.failure->step);
   }
-
-  // Peak of the in-use curve.
   if (!r.memory.empty()) {
     const auto peak = std::max_element(r.memory.begin(), r.memory.end(), [](const MemorySample& a, const MemorySample& b) {
       return a.in_use_bytes < b.in_use_bytes;
     });
-    const double px = x_of(peak->time_us), py = y_of(double(peak->in_use_bytes));
-    const bool right_half = px > kLeft + kPlotW * 0.6;
+    const double px = p.x(peak->time_us), py = p.y(double(peak->in_use_bytes));
+    const bool right_half = px > P::kLeft + P::kPlotW * 0.6;
     svg += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"3.5\" fill=\"#08519c\"/>\n", px, py);
     svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"{}\" fill=\"#08519c\">peak {} at {}</text>\n",
-                       right_half ? px - 8 : px + 8, std::max(py - 8, kTop + 14), right_half ? "end" : "start",
+                       right_half ? px - 8 : px + 8, std::max(py - 8, P::kTop + 14), right_half ? "end" : "start",
                        xml(format_bytes(peak->in_use_bytes)), xml(time_text(peak->time_us)));
   }
+  return svg;
+}
 
-  // Legend, in the header to the right, where it never covers the curve.
-  const double lx = kLeft + kPlotW - 250, ly = 44;
-  svg += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"14\" height=\"10\" fill=\"#9ecae1\" stroke=\"#3182bd\"/>\n",
-                     lx, ly - 9);
+// The legend, in the header to the right, where it never covers the curve.
+std::string svg_legend() {
+  const double lx = MemoryPlot::kLeft + MemoryPlot::kPlotW - 250, ly = 44;
+  std::string svg = fmt::format(
+      "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"14\" height=\"10\" fill=\"#9ecae1\" stroke=\"#3182bd\"/>\n", lx, ly - 9);
   svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\">in use</text>\n", lx + 20, ly);
   svg += fmt::format(
       "<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#636363\" stroke-dasharray=\"2,2\"/>\n",
       lx + 80, ly - 4, lx + 100, ly - 4);
   svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\">allocator high-water</text>\n", lx + 106, ly);
-  svg += "</svg>\n";
   return svg;
 }
 
+}  // namespace
+
+std::string memory_svg(const SimResult& r, uint64_t budget_bytes) {
+  const MemoryPlot plot(r, budget_bytes);
+  return svg_title(r, budget_bytes) + svg_axes(plot) + svg_curves(plot, r) + svg_markers(plot, r, budget_bytes) +
+         svg_legend() + "</svg>\n";
+}
+
 Status write_memory_svg(const SimResult& r, uint64_t budget_bytes, const std::string& path) {
-  return write_text(memory_svg(r, budget_bytes), path, "memory plot");
+  return write_file_atomically(path, memory_svg(r, budget_bytes), "memory plot");
 }
 
 }  // namespace ferry

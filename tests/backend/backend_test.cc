@@ -125,6 +125,63 @@ TEST(BackendTest, BadAttributesAreInvalidArguments) {
   EXPECT_NE(cg.status().message().find("'conv'"), std::string::npos) << cg.status().message();
 }
 
+// Sizes oneDNN cannot handle (it failed, spun for minutes or crashed far above 2^31 elements)
+// are refused before it sees them, with the limit in the message.
+TEST(BackendTest, TensorsOver2To31ElementsAreRefusedBeforeOneDnnSeesThem) {
+  ModelConfig c;
+  c.batch = 100000000;
+  Result<Graph> g = build_model("resnet18", c);
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  auto be = std::move(make_backend("cpu")).value();
+  auto cg = be->compile(*g);
+  ASSERT_EQ(cg.status().code(), StatusCode::kInvalidArgument) << cg.status().message();
+  EXPECT_NE(cg.status().message().find("2^31 - 1 = 2147483647 elements"), std::string::npos) << cg.status().message();
+  EXPECT_NE(cg.status().message().find("'image'"), std::string::npos) << cg.status().message();
+  GraphMaker m;
+  TensorId x = m.input("x", {1 << 16, 1 << 15});  // exactly 2^31 elements
+  TensorId y = m.tensor("y", {1 << 16, 1 << 15});
+  m.op("relu", OpType::kRelu, {x}, {y});
+  EXPECT_EQ(be->compile(m.g).status().code(), StatusCode::kInvalidArgument);
+}
+
+// A tensor whose shape contradicts what the op's other tensors imply (a trace with inconsistent
+// shapes) is bad input in the user's terms, not an internal error about oneDNN's types; and the
+// op is named once.
+TEST(BackendTest, ContradictoryShapesAreInvalidArgumentsNamingTheTensor) {
+  ModelConfig c;
+  c.batch = 2;
+  Result<Graph> g = build_model("resnet-mini", c);
+  ASSERT_TRUE(g.ok());
+  Graph bad = *g;
+  Tensor* gamma = nullptr;
+  for (const Op& op : bad.ops)
+    if (op.type == OpType::kBatchNorm) {
+      gamma = &bad.tensors[static_cast<size_t>(op.inputs[1])];
+      break;
+    }
+  ASSERT_NE(gamma, nullptr);
+  gamma->shape[0] *= 2;
+  gamma->bytes *= 2;
+  ASSERT_TRUE(bad.validate().ok());
+  auto be = std::move(make_backend("cpu")).value();
+  auto cg = be->compile(bad);
+  ASSERT_EQ(cg.status().code(), StatusCode::kInvalidArgument) << cg.status().message();
+  const std::string& msg = cg.status().message();
+  EXPECT_NE(msg.find("'" + gamma->name + "' has shape [" + std::to_string(gamma->shape[0]) + "]"), std::string::npos)
+      << msg;
+  EXPECT_EQ(msg.find("dnnl"), std::string::npos) << msg;
+
+  // Arity errors name the op once (compile() adds it), not twice.
+  GraphMaker m;
+  TensorId x = m.input("x", {1, 4, 6, 6});
+  TensorId y = m.tensor("y", {1, 4, 6, 6});
+  m.op("lonely_conv", OpType::kConv2d, {x}, {y});
+  auto arity = be->compile(m.g);
+  ASSERT_EQ(arity.status().code(), StatusCode::kInvalidArgument);
+  const std::string& am = arity.status().message();
+  EXPECT_EQ(am.find("lonely_conv"), am.rfind("lonely_conv")) << am;
+}
+
 TEST(BackendTest, RunRejectsWrongArguments) {
   GraphMaker m;
   TensorId x = m.input("x", {2, 8});

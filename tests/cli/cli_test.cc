@@ -1,7 +1,10 @@
 // End-to-end tests of the `ferry` command: exit codes, messages, JSON and files it writes.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -21,6 +24,19 @@ Output ferry(const std::string& args) {
   std::string cmd = std::string(FERRY_BINARY) + " " + args + " 2>&1";
   Output o;
   FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return o;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) o.out.append(buf.data(), n);
+  int status = pclose(p);
+  o.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return o;
+}
+
+// Runs a shell command line as given (stdout and stderr together).
+Output ferry_shell(const std::string& cmd) {
+  Output o;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
   if (!p) return o;
   std::array<char, 4096> buf;
   size_t n;
@@ -293,6 +309,282 @@ TEST(Cli, PlanFindMinBudgetAndSweepJson) {
   }
   EXPECT_TRUE(any_fit);
   EXPECT_TRUE(any_refused) << "10% of the peak cannot hold the weights";
+}
+
+}  // namespace
+
+namespace {
+
+const std::string kSmallTrain = "train --model resnet-mini --batch 2 --iters 1 --no-progress";
+
+// --lr nan and --lr 0 used to become the default silently, --lr inf to fail after a NaN loss.
+TEST(Cli, LearningRateMustBeFiniteAndPositive) {
+  for (const char* lr : {"nan", "0", "inf", "-1", "1e-60", "1e60"})
+    expect_failure(kSmallTrain + " --lr " + lr, 2, "--lr must be a finite number > 0");
+  EXPECT_EQ(ferry(kSmallTrain + " --lr 0.01").code, 0);
+}
+
+// --threads 100000 crashed (SIGSEGV) and --threads 1000 crawled.
+TEST(Cli, ThreadsAreBoundedByTheCores) {
+  expect_failure(kSmallTrain + " --threads 100000", 2, "at most");
+  expect_failure("profile --model resnet-mini --batch 2 --out /nonexistent/x.json --threads 100000", 2, "at most");
+  expect_failure(kSmallTrain + " --threads -1", 2, "must not be negative");
+  EXPECT_EQ(ferry(kSmallTrain + " --threads 1").code, 0);
+}
+
+// A trace without a loss used to run and then blame the learning rate for a NaN loss.
+TEST(Cli, TrainingATraceWithoutALossSaysSo) {
+  const std::string with = temp("with_loss.json"), without = temp("without_loss.json");
+  ASSERT_EQ(ferry("analyze --model resnet-mini --batch 2 --export-trace " + with).code, 0);
+  std::ifstream in(with);
+  nlohmann::json j = nlohmann::json::parse(in);
+  j.erase("loss");
+  std::ofstream(without) << j.dump();
+  expect_failure("train --trace " + without + " --iters 1 --no-progress", 2, "names no loss tensor");
+  EXPECT_EQ(ferry("train --trace " + with + " --iters 1 --no-progress").code, 0);
+  std::filesystem::remove(with);
+  std::filesystem::remove(without);
+}
+
+// Options that would be silently ignored are bad usage, with a message saying why.
+TEST(Cli, OptionsWithoutEffectAreRefused) {
+  const std::string planned = kSmallTrain + " --policy lru --budget 80%";
+  expect_failure(kSmallTrain + " --tier ssd", 2, "--tier has no effect without --policy");
+  expect_failure(kSmallTrain + " --checksum", 2, "--checksum has no effect");
+  expect_failure(kSmallTrain + " --device v100-16gb-pcie3", 2, "--device has no effect");
+  expect_failure(planned + " --ssd-dir /tmp", 2, "--ssd-dir has no effect without --tier ssd");
+  expect_failure(planned + " --swapin-ahead 2", 2, "--swapin-ahead has no effect without --policy lms");
+  expect_failure(planned + " --checkmate-max-nodes 5", 2, "without --policy checkmate");
+  const std::string trace = std::string(FERRY_SOURCE_DIR) + "/docs/examples/tiny-trace.json";
+  for (const char* flag : {"--model resnet50", "--batch 4", "--image 64", "--seq 64", "--optimizer adam"})
+    expect_failure("analyze --trace " + trace + " " + flag, 2, "--trace excludes");
+  expect_failure("train --trace " + trace + " --lr 0.1", 2, "excludes");
+  EXPECT_EQ(ferry(planned + " --tier ssd --ssd-dir /tmp --checksum").code, 0);
+}
+
+// --budget 33%: a share of the no-swap peak of that model and shape, with the backend's sizes;
+// the JSON gives the resolved bytes and the request.
+TEST(Cli, TrainBudgetAsAPercentageOfTheNoSwapPeak) {
+  Output full = ferry(kSmallTrain + " --json --budget 100%");
+  ASSERT_EQ(full.code, 0) << full.out;
+  const auto f = nlohmann::json::parse(full.out);
+  const uint64_t peak = f["predicted_peak_bytes"].get<uint64_t>();
+  EXPECT_EQ(f["budget_bytes"].get<uint64_t>(), peak) << "100% is exactly what the keep plan needs";
+  EXPECT_EQ(f["no_swap_peak_bytes"].get<uint64_t>(), peak);
+  EXPECT_EQ(f["budget_request"], "100%");
+  Output part = ferry(kSmallTrain + " --json --policy lru --budget 80%");
+  ASSERT_EQ(part.code, 0) << part.out;
+  const auto p = nlohmann::json::parse(part.out);
+  EXPECT_EQ(p["budget_bytes"].get<uint64_t>(), peak * 8 / 10);
+  EXPECT_EQ(p["budget_request"], "80%");
+  EXPECT_LE(p["measured_peak_bytes"].get<uint64_t>(), p["budget_bytes"].get<uint64_t>());
+  EXPECT_LE(p["measured_extent_bytes"].get<uint64_t>(), p["budget_bytes"].get<uint64_t>());
+  expect_failure(kSmallTrain + " --budget 50%", 1, "too small");
+  expect_failure(kSmallTrain + " --budget 0%", 2, "budget");
+  expect_failure(kSmallTrain + " --budget 1e19", 1, "10000000000000000000 bytes");
+}
+
+}  // namespace
+
+namespace {
+
+std::vector<double> losses_of_run(const std::string& args) {
+  Output o = ferry(args + " --json --no-progress");
+  EXPECT_EQ(o.code, 0) << args << ": " << o.out;
+  if (o.code != 0) return {};
+  std::vector<double> v;
+  const nlohmann::json j = nlohmann::json::parse(o.out);
+  for (const auto& it : j["iterations"]) v.push_back(it["loss"].get<double>());
+  return v;
+}
+
+double mean(const std::vector<double>& v, size_t from, size_t n) {
+  double s = 0;
+  for (size_t i = from; i < from + n; ++i) s += v[i];
+  return s / static_cast<double>(n);
+}
+
+// The default learning rate trains: the loss goes down on small models, and ResNet-18 at batch 2
+// (1000 classes, 2 samples an iteration: it cannot learn much in 6 iterations) stays near
+// chance, where the old default sent it from 6.9 to 36.
+TEST(Cli, DefaultLearningRatesTrain) {
+  for (const char* model : {"train --model resnet-mini --batch 16 --iters 60",
+                            "train --model gpt2-mini --batch 2 --iters 40 --optimizer adam",
+                            "train --model gpt2-mini --batch 2 --iters 40"}) {
+    const std::vector<double> l = losses_of_run(model);
+    ASSERT_GE(l.size(), 40u) << model;
+    EXPECT_LT(mean(l, l.size() - 10, 10), mean(l, 0, 10) - 0.2) << model << ": the loss must go down";
+  }
+  const std::vector<double> r18 = losses_of_run("train --model resnet18 --batch 2 --iters 6");
+  ASSERT_EQ(r18.size(), 6u);
+  for (double loss : r18) EXPECT_LT(loss, std::log(1000.0) + 2) << "resnet18 b2 diverges";
+}
+
+}  // namespace
+
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path fresh_dir(const std::string& name) {
+  const fs::path dir = temp(name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The storage probe of `ferry profile` used to open "<dir>/ferry-profile-<pid>.tmp" with O_TRUNC,
+// following a symlink planted there: the victim was overwritten with 64 MiB of 'Z'.
+TEST(Cli, ProfileNeverOpensAPlantedSymlink) {
+  const fs::path dir = fresh_dir("profile_symlink");
+  const std::string victim = (dir / "victim").string();
+  std::ofstream(victim) << "precious";
+  const std::string cmd = "sh -c 'ln -s " + victim + " " + dir.string() + "/ferry-profile-$$.tmp; exec " +
+                          FERRY_BINARY + " profile --model resnet-mini --batch 2 --iters 1 --warmup 0 --out " +
+                          (dir / "t.json").string() + " --storage-bytes 8MiB' > /dev/null 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  EXPECT_EQ(read_all(victim), "precious");
+  fs::remove_all(dir);
+}
+
+// Killed during the storage measurement, `ferry profile` leaves no temporary file behind (it used
+// to leave its 256 MiB file) and still ends by the signal.
+TEST(Cli, ProfileKilledBySigtermLeavesNoTemporaryFile) {
+  const fs::path dir = fresh_dir("profile_sigterm");
+  const std::string log = (dir / "log").string(), script = (dir / "kill.sh").string();
+  std::ofstream(script) << FERRY_BINARY << " profile --model resnet-mini --batch 2 --iters 1 --warmup 0 --out "
+                        << (dir / "t.json").string() << " --storage-dir " << dir.string()
+                        << " --storage-bytes 4GiB 2> " << log << " &\n"
+                        << "pid=$!\n"
+                        << "for i in $(seq 1 600); do grep -q 'measuring direct I/O' " << log
+                        << " && break; sleep 0.05; done\n"
+                        << "sleep 0.3\nkill -TERM $pid\nwait $pid\necho $?\n";
+  Output o = ferry_shell("sh " + script);
+  EXPECT_TRUE(has(o.out, "143\n")) << "ended by SIGTERM (128 + 15): " << o.out << read_all(log);
+  EXPECT_TRUE(has(read_all(log), "measuring direct I/O")) << "killed during the storage measurement: " << read_all(log);
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.path().filename() != "log" && e.path().filename() != "kill.sh") left.push_back(e.path().filename().string());
+  EXPECT_TRUE(left.empty()) << "left behind: " << (left.empty() ? "" : left.front());
+  fs::remove_all(dir);
+}
+
+// Profiles are regular files within a size limit, checked before reading: /dev/zero and a FIFO
+// used to hang `ferry plan`.
+TEST(Cli, DeviceProfileMustBeARegularFile) {
+  const fs::path dir = fresh_dir("profile_fifo");
+  const std::string fifo = (dir / "p.json").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  expect_failure("plan --model resnet-mini --batch 2 --device /dev/zero", 2, "a character device");
+  expect_failure("plan --model resnet-mini --batch 2 --device " + fifo, 2, "a FIFO");
+  expect_failure("plan --model resnet-mini --batch 2 --device " + dir.string(), 2, "a directory");
+  expect_failure("plan --trace /dev/zero", 2, "a character device");
+  expect_failure("plan --trace " + fifo, 2, "a FIFO");
+  fs::remove_all(dir);
+}
+
+// A profile whose figures make predictions infinite used to be accepted (exit 0, iteration_ms
+// null): it is refused at load, naming the field.
+TEST(Cli, ProfileWithAbsurdRatesIsRefused) {
+  const fs::path dir = fresh_dir("profile_absurd");
+  std::ifstream in(std::string(FERRY_SOURCE_DIR) + "/profiles/v100-16gb-pcie3.json");
+  nlohmann::json p = nlohmann::json::parse(in);
+  p["compute"]["peak_flops"]["fp32"] = 1e-300;
+  const std::string path = (dir / "absurd.json").string();
+  std::ofstream(path) << p.dump();
+  expect_failure("plan --model resnet-mini --batch 2 --json --device " + path, 2, "compute.peak_flops.fp32");
+  fs::remove_all(dir);
+}
+
+// Outputs are written to a temporary file and renamed: a write that fails (here a file-size
+// limit, as a full disk would) reports an I/O error and keeps the previous file.
+TEST(Cli, AFailedWriteKeepsThePreviousOutput) {
+  const fs::path dir = fresh_dir("write_fail");
+  for (const std::string flag : {"--trace-out", "--plot"}) {
+    const std::string out = (dir / "out").string();
+    const std::string old(300000, 'o');
+    std::ofstream(out) << old;
+    // ulimit -f counts 512-byte blocks (dash): 4 KiB, below what the new file needs.
+    const std::string cmd = "sh -c 'ulimit -f 8; exec " + std::string(FERRY_BINARY) +
+                            " plan --model resnet-mini --batch 2 --device v100-16gb-pcie3 " + flag + " " + out + "'";
+    Output o = ferry_shell(cmd);
+    EXPECT_EQ(o.code, 1) << flag << ": " << o.out;
+    EXPECT_TRUE(has(o.out, "cannot write")) << flag << ": " << o.out;
+    EXPECT_TRUE(has(o.out, "File too large")) << flag << ": " << o.out;
+    EXPECT_TRUE(read_all(out) == old) << flag << ": the previous file must survive";
+    size_t files = 0;
+    for (const auto& e : fs::directory_iterator(dir)) files += e.is_regular_file();
+    EXPECT_EQ(files, 1u) << flag << ": no temporary left";
+  }
+  fs::remove_all(dir);
+}
+
+// The example of docs/trace-format.md is plannable (and trainable) on the default device.
+TEST(Cli, TheDocumentedTraceExamplePlans) {
+  const std::string doc = read_all(std::string(FERRY_SOURCE_DIR) + "/docs/trace-format.md");
+  const size_t start = doc.find("```json\n{\n  \"format\": \"ferry-trace\"");
+  ASSERT_NE(start, std::string::npos);
+  const size_t end = doc.find("```", start + 7);
+  const std::string path = temp("documented_example.json");
+  std::ofstream(path) << doc.substr(start + 8, end - start - 8);
+  Output o = ferry("plan --trace " + path + " --json");
+  ASSERT_EQ(o.code, 0) << o.out;
+  EXPECT_TRUE(nlohmann::json::parse(o.out)["feasible"].get<bool>());
+  EXPECT_EQ(read_all(path), read_all(std::string(FERRY_SOURCE_DIR) + "/docs/examples/tiny-trace.json"))
+      << "docs/examples/tiny-trace.json is the same example";
+  std::filesystem::remove(path);
+}
+
+}  // namespace
+
+namespace {
+
+// `plan --budget 33%`: of the no-swap peak with the sizes the plan uses; a budget above the
+// device's capacity used to be reported as fitting; options without effect are refused.
+TEST(Cli, PlanBudgetPercentCapacityAndOptionsWithoutEffect) {
+  const std::string base = "plan --model resnet-mini --batch 2 --device v100-16gb-pcie3 --json";
+  Output full = ferry(base + " --budget 100%");
+  ASSERT_EQ(full.code, 0) << full.out;
+  const auto f = nlohmann::json::parse(full.out);
+  const uint64_t peak = f["peak_bytes"].get<uint64_t>();
+  EXPECT_EQ(f["budget_bytes"].get<uint64_t>(), peak);
+  EXPECT_EQ(f["no_swap_peak_bytes"].get<uint64_t>(), peak);
+  EXPECT_EQ(f["budget_request"], "100%");
+  Output lru = ferry(base + " --policy lru --budget 70%");
+  ASSERT_EQ(lru.code, 0) << lru.out;
+  const auto l = nlohmann::json::parse(lru.out);
+  EXPECT_EQ(l["budget_bytes"].get<uint64_t>(), peak * 7 / 10);
+  EXPECT_LE(l["peak_bytes"].get<uint64_t>(), peak * 7 / 10);
+  // The CPU backend's sizes on a cpu profile: 100% is what `ferry train` needs without a plan.
+  Output cpu = ferry("plan --model resnet-mini --batch 2 --json --budget 100%");
+  Output train = ferry("train --model resnet-mini --batch 2 --iters 1 --no-progress --json");
+  ASSERT_EQ(cpu.code, 0) << cpu.out;
+  ASSERT_EQ(train.code, 0) << train.out;
+  EXPECT_EQ(nlohmann::json::parse(cpu.out)["budget_bytes"], nlohmann::json::parse(train.out)["predicted_peak_bytes"]);
+
+  expect_failure(base + " --budget 17GiB", 2, "exceeds the memory capacity of device 'v100-16gb-pcie3'");
+  expect_failure(base + " --budget 1e19", 2, "10000000000000000000 bytes");
+  expect_failure(base + " --policy all", 2, "--policy all needs --sweep");
+  expect_failure(base + " --sweep --budget 1GiB", 2, "--budget has no effect with --sweep");
+  expect_failure(base + " --find-min-budget --plot x.svg", 2, "--plot has no effect");
+  expect_failure(base + " --logical-sizes", 2, "--logical-sizes has no effect");
+  expect_failure(base + " --conv-algo direct", 2, "--conv-algo has no effect");
+  expect_failure(base + " --tier ssd", 2, "--tier has no effect with --policy none");
+  expect_failure(base + " --find-min-budget --sweep", 2, "excludes");
+
+  // A minimum above the device's capacity says so.
+  Output big = ferry("plan --model resnet152 --batch 256 --device v100-16gb-pcie3 --find-min-budget --json");
+  ASSERT_EQ(big.code, 0) << big.out;
+  const auto b = nlohmann::json::parse(big.out);
+  EXPECT_TRUE(b["exceeds_device_capacity"].get<bool>());
+  EXPECT_GT(b["min_budget_bytes"].get<uint64_t>(), b["device_capacity_bytes"].get<uint64_t>());
 }
 
 }  // namespace

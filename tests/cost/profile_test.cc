@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "cost/cost_model.h"
 #include "cost/test_profile.h"
 
 namespace ferry {
@@ -199,7 +200,7 @@ TEST(ProfileTest, UnknownNameListsTheKnownProfiles) {
   EXPECT_TRUE(contains(p.status().message(), "a100-40gb-pcie4, a100-80gb-sxm4, cpu-local, h100-80gb-pcie5"));
   Result<HardwareProfile> missing = load_profile("/nonexistent/dir/x.json");
   ASSERT_FALSE(missing.ok());
-  EXPECT_TRUE(contains(missing.status().message(), "'/nonexistent/dir/x.json' does not exist"));
+  EXPECT_TRUE(contains(missing.status().message(), "'/nonexistent/dir/x.json': No such file or directory"));
 }
 
 TEST(ProfileTest, EnvironmentVariableOverridesTheProfilesDirectory) {
@@ -234,11 +235,11 @@ TEST(ProfileTest, MalformedProfilesNameTheFieldAtFault) {
   EXPECT_TRUE(contains(parse_error(good, [](Json& j) { j["memory"].erase("bandwidth_bytes_per_s"); }),
                        "edited.json: memory.bandwidth_bytes_per_s: missing field"));
   EXPECT_TRUE(contains(parse_error(good, [](Json& j) { j["host_link"]["host_to_device"]["nominal_bytes_per_s"] = 0; }),
-                       "host_link.host_to_device.nominal_bytes_per_s: 0 must be finite and > 0"));
+                       "host_link.host_to_device.nominal_bytes_per_s: 0 is outside [1, 1e+21] bytes/s"));
   EXPECT_TRUE(contains(parse_error(good, [](Json& j) { j["storage"]["write_bytes_per_s"] = -5e9; }),
                        "storage.write_bytes_per_s: -5"));
   EXPECT_TRUE(contains(parse_error(good, [](Json& j) { j["compute"]["peak_flops"]["fp16"] = -1; }),
-                       "compute.peak_flops.fp16: -1 must be finite and > 0"));
+                       "compute.peak_flops.fp16: -1 is outside [1, 1e+21] FLOP/s"));
   EXPECT_TRUE(contains(parse_error(good, [](Json& j) { j["compute"]["peak_flops"].erase("fp32"); }),
                        "compute.peak_flops.fp32: missing"));
   EXPECT_TRUE(contains(parse_error(good, [](Json& j) { j["compute"]["peak_flops"]["fp8"] = 1e15; }),
@@ -273,10 +274,10 @@ TEST(ProfileTest, ValidationRejectsNonFiniteAndNonPositiveNumbers) {
   HardwareProfile p = cost_test::round_profile();
   ASSERT_TRUE(validate_profile(p).ok());
   p.peak_flops[static_cast<size_t>(ComputeDType::kFp32)] = std::numeric_limits<double>::quiet_NaN();
-  EXPECT_TRUE(contains(validate_profile(p).message(), "compute.peak_flops.fp32: nan must be finite and > 0"));
+  EXPECT_TRUE(contains(validate_profile(p).message(), "compute.peak_flops.fp32: nan is outside [1, 1e+21] FLOP/s"));
   p = cost_test::round_profile();
   p.host_link.device_to_host.latency_us = -1;
-  EXPECT_TRUE(contains(validate_profile(p).message(), "host_link.device_to_host.latency_us: -1 must be finite and >= 0"));
+  EXPECT_TRUE(contains(validate_profile(p).message(), "host_link.device_to_host.latency_us: -1 is outside [0, 1e+09] us"));
   p = cost_test::round_profile();
   p.memory_bandwidth_bytes_per_s = std::numeric_limits<double>::infinity();
   EXPECT_TRUE(contains(validate_profile(p).message(), "memory.bandwidth_bytes_per_s: inf"));
@@ -287,6 +288,57 @@ TEST(ProfileTest, ValidationRejectsNonFiniteAndNonPositiveNumbers) {
   const Status saved = save_profile(p, ::testing::TempDir() + "/never_written.json");
   EXPECT_EQ(saved.code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(save_profile(cost_test::round_profile(), "/nonexistent/dir/p.json").code(), StatusCode::kIoError);
+}
+
+// Finite but absurd figures used to pass and make predictions infinite (a plan printed
+// iteration_ms: null and exited 0): every rate and latency is bounded, and within the bounds a
+// prediction of the largest graph stays finite.
+TEST(ProfileTest, AbsurdRatesAreRefusedSoPredictionsStayFinite) {
+  auto refused = [](auto edit, const std::string& field) {
+    HardwareProfile p = cost_test::round_profile();
+    edit(p);
+    const Status s = validate_profile(p);
+    EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << field;
+    EXPECT_TRUE(contains(s.message(), field)) << s.message();
+  };
+  refused([](HardwareProfile& p) { p.peak_flops[0] = 1e-300; }, "compute.peak_flops.fp32: 1e-300 is outside");
+  refused([](HardwareProfile& p) { p.peak_flops[0] = 1e300; }, "compute.peak_flops.fp32: 1e+300 is outside");
+  refused([](HardwareProfile& p) { p.memory_bandwidth_bytes_per_s = 0.5; }, "memory.bandwidth_bytes_per_s");
+  refused([](HardwareProfile& p) { p.host_link.host_to_device.nominal_bytes_per_s = 1e-200; },
+          "host_link.host_to_device.nominal_bytes_per_s");
+  refused([](HardwareProfile& p) { p.host_link.device_to_host.efficiency = 1e-30; },
+          "host_link.device_to_host.nominal_bytes_per_s x efficiency");
+  refused([](HardwareProfile& p) { p.efficiency[0].compute = 1e-300; }, "x compute.efficiency.conv.compute");
+  refused([](HardwareProfile& p) { p.storage.read_bytes_per_s = 1e-300; }, "storage.read_bytes_per_s");
+  refused([](HardwareProfile& p) { p.storage.write_latency_us = 1e300; }, "storage.write_latency_us");
+  refused([](HardwareProfile& p) { p.launch_overhead_us = 1e300; }, "compute.launch_overhead_us");
+
+  // At the bounds, the costliest op and transfer Ferry can describe still take finite time.
+  HardwareProfile slow = cost_test::round_profile();
+  slow.peak_flops = {1.0, std::nullopt, std::nullopt, std::nullopt};
+  for (OpEfficiency& e : slow.efficiency) e = {1.0, 1.0};
+  slow.memory_bandwidth_bytes_per_s = 1;
+  slow.launch_overhead_us = 1e9;
+  slow.host_link.host_to_device = slow.host_link.device_to_host = {1, 1, 1e9};
+  ASSERT_TRUE(validate_profile(slow).ok()) << validate_profile(slow).message();
+  const CostModel cost(slow);
+  Graph g;
+  Tensor t;
+  t.id = 0;
+  t.bytes = UINT64_MAX / 2;
+  g.tensors.push_back(t);
+  Op op;
+  op.id = 0;
+  op.type = OpType::kConv2d;
+  op.inputs = {0};
+  op.flops = UINT64_MAX;
+  op.bytes_read = op.bytes_written = UINT64_MAX / 2;
+  g.ops.push_back(op);
+  const double us = cost.op_time_us(g, g.ops[0]);
+  EXPECT_TRUE(std::isfinite(us) && us > 0) << us;
+  EXPECT_TRUE(std::isfinite(us * 2147483648.0));  // 2^31 such ops
+  for (Tier tier : {Tier::kHost, Tier::kSsd})
+    EXPECT_TRUE(std::isfinite(cost.transfer_us(Direction::kSwapOut, tier, UINT64_MAX)));
 }
 
 }  // namespace

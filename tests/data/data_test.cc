@@ -98,5 +98,25 @@ TEST(Data, Cifar10ReadsRecordsAndRejectsBadFiles) {
   fs::remove_all(dir);
 }
 
+// A directory where a batch file should be used to abort the process (an uncaught read error);
+// it is bad input, as is a path that is a file instead of a directory.
+TEST(Data, Cifar10RefusesADirectoryOrDeviceWhereABatchShouldBe) {
+  namespace fs = std::filesystem;
+  fs::path dir = fs::temp_directory_path() / ("ferry_cifar_dir_" + std::to_string(::getpid()));
+  fs::create_directories(dir / "data_batch_1.bin");
+  Graph g = cnn(2, 32, 10);
+  auto r = open_cifar10(dir.string(), g);
+  ASSERT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().message();
+  EXPECT_NE(r.status().message().find("a directory"), std::string::npos) << r.status().message();
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  fs::create_symlink("/dev/zero", dir / "data_batch_1.bin");
+  r = open_cifar10(dir.string(), g);
+  ASSERT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().message();
+  EXPECT_NE(r.status().message().find("character device"), std::string::npos) << r.status().message();
+  fs::remove_all(dir);
+  EXPECT_EQ(open_data("cifar10:/etc/passwd", g, 1).status().code(), StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace ferry

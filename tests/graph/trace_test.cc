@@ -479,10 +479,10 @@ TEST(TraceErrors, BadTimes) {
   Json doc = base_trace();
   doc["ops"][2]["time_us"] = -0.5;
   EXPECT_CONTAINS(error_of_doc(doc),
-                  "ops[2] ('fc2').time_us: expected a finite non-negative number of microseconds, got -0.5");
+                  "ops[2] ('fc2').time_us: expected a finite non-negative number of microseconds (at most 1e+15), got -0.5");
   doc["ops"][2]["time_us"] = "12";
   EXPECT_CONTAINS(error_of_doc(doc),
-                  "ops[2] ('fc2').time_us: expected a finite non-negative number of microseconds, got \"12\"");
+                  "ops[2] ('fc2').time_us: expected a finite non-negative number of microseconds (at most 1e+15), got \"12\"");
   doc["ops"][2]["time_us"] = nullptr;
   EXPECT_CONTAINS(error_of_doc(doc), "got null");
   // JSON has no NaN or infinity: NaN is a syntax error, and so is a literal past double's range.
@@ -586,7 +586,10 @@ TEST(TraceErrors, FileErrors) {
   EXPECT_CONTAINS(missing.status().message(), "'/nonexistent/dir/trace.json'");
   Result<Graph> dir = load_trace(testing::TempDir());
   ASSERT_FALSE(dir.ok());
-  EXPECT_CONTAINS(dir.status().message(), "not a regular file");
+  EXPECT_CONTAINS(dir.status().message(), "it is a directory, not a regular file");
+  Result<Graph> zero = load_trace("/dev/zero");
+  EXPECT_EQ(zero.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_CONTAINS(zero.status().message(), "a character device");
   Status st = save_trace(hand_built_graph(), "/nonexistent/dir/out.json");
   EXPECT_EQ(st.code(), StatusCode::kIoError);
   EXPECT_CONTAINS(st.message(), "cannot write trace '/nonexistent/dir/out.json'");
@@ -600,7 +603,7 @@ TEST(TraceErrors, FileErrors) {
   ASSERT_FALSE(too_big.ok());
   EXPECT_EQ(too_big.status().code(), StatusCode::kInvalidArgument);
   EXPECT_CONTAINS(too_big.status().message(),
-                  big + ": the file is 1073741825 bytes, over the limit of 1073741824 bytes (1.00 GiB)");
+                  "trace '" + big + "' is 1073741825 bytes, over the limit of 1073741824 bytes (1.00 GiB)");
 
   const std::string path = testing::TempDir() + "ferry_trace_bad_" + std::to_string(getpid()) + ".json";
   { std::ofstream(path) << "{\"format\": \"ferry-trace\", \"version\": 3}"; }

@@ -51,17 +51,32 @@ TEST(OffsetAllocatorTest, AllocationsPackUpwardAndRoundToAlignment) {
   EXPECT_TRUE(test::allocator_state_is_valid(a));
 }
 
-TEST(OffsetAllocatorTest, ZeroBytesReservesOneAlignmentUnit) {
+TEST(OffsetAllocatorTest, ZeroBytesReserveNothing) {
   OffsetAllocator a(4 * kU);
-  EXPECT_EQ(must_allocate(a, 0), 0u);
-  EXPECT_EQ(must_allocate(a, 0), kU);  // distinct offsets, so each can be freed on its own
-  EXPECT_EQ(a.block_bytes(0), kU);
-  EXPECT_EQ(a.stats().in_use_bytes, 2 * kU);
-  EXPECT_EQ(a.stats().requested_bytes, 0u);
-  a.free(0);
-  a.free(kU);
-  EXPECT_EQ(a.stats().in_use_bytes, 0u);
+  EXPECT_EQ(must_allocate(a, 0), 4 * kU);  // the end of the range, where no real block starts
+  EXPECT_EQ(must_allocate(a, 0), 4 * kU);
+  EXPECT_EQ(a.rounded_size(0), 0u);
+  EXPECT_EQ(must_allocate(a, 4 * kU), 0u);  // the whole range is still free
+  EXPECT_EQ(a.stats().num_empty_blocks, 2u);
+  EXPECT_EQ(a.stats().num_live_blocks, 1u);
   EXPECT_TRUE(test::allocator_state_is_valid(a));
+  EXPECT_FALSE(a.allocate_at(0, 0)) << "a real block starts there: free(0) would be ambiguous";
+  ASSERT_TRUE(a.allocate_at(2 * kU, 0)) << "inside a live block is fine: it holds no byte";
+  a.free(2 * kU);
+  a.free(4 * kU);
+  a.free(4 * kU);
+  a.free(0);
+  EXPECT_EQ(a.stats().in_use_bytes, 0u);
+  EXPECT_EQ(a.stats().num_empty_blocks, 0u);
+  ASSERT_TRUE(a.allocate_at(kU, 0));
+  EXPECT_FALSE(a.allocate_at(kU, kU)) << "a real block may not start where an empty one lives";
+  EXPECT_FALSE(a.allocate_at(5 * kU, 0)) << "past the capacity";
+  a.free(kU);
+  EXPECT_TRUE(test::allocator_state_is_valid(a));
+  OffsetAllocator empty(0);
+  EXPECT_EQ(must_allocate(empty, 0), 0u);
+  empty.free(0);
+  EXPECT_TRUE(test::allocator_state_is_valid(empty));
 }
 
 TEST(OffsetAllocatorTest, CapacityRoundsDownToAlignment) {
@@ -71,7 +86,7 @@ TEST(OffsetAllocatorTest, CapacityRoundsDownToAlignment) {
   EXPECT_FALSE(a.allocate(1).ok());
   OffsetAllocator tiny(63, 64);
   EXPECT_EQ(tiny.capacity(), 0u);
-  EXPECT_FALSE(tiny.allocate(0).ok());
+  EXPECT_FALSE(tiny.allocate(1).ok());
   EXPECT_TRUE(test::allocator_state_is_valid(tiny));
 
   OffsetAllocator coarse(10000, 4096, "coarse");
@@ -160,7 +175,7 @@ TEST(OffsetAllocatorTest, AllocateAtPlacesAtExactOffsetAndRejectsConflicts) {
   EXPECT_FALSE(a.allocate_at(0, 5 * kU + 1));               // rounds up into it
   EXPECT_FALSE(a.allocate_at(kU + 1, 1));                   // not aligned
   EXPECT_FALSE(a.allocate_at(15 * kU, 2 * kU));             // runs past the capacity
-  EXPECT_FALSE(a.allocate_at(16 * kU, 0));                  // starts at the capacity
+  EXPECT_FALSE(a.allocate_at(16 * kU, 1));                  // starts at the capacity
   EXPECT_FALSE(a.allocate_at(UINT64_MAX & ~(kU - 1), kU));  // offset far beyond
   EXPECT_FALSE(a.allocate_at(0, UINT64_MAX));               // size that would wrap around
   ASSERT_TRUE(checker.check(&live));                        // failures change nothing
@@ -389,7 +404,7 @@ TEST_P(OffsetAllocatorRandomTest, MatchesReferenceAndKeepsInvariants) {
   };
   auto random_size = [&]() -> uint64_t {
     uint64_t kind = uniform(0, 99);
-    if (kind < 10) return uniform(0, 63);
+    if (kind < 10) return uniform(1, 63);  // empty blocks have their own test
     if (kind < 70) return uniform(64, 8 << 10);
     if (kind < 95) return uniform(8 << 10, 64 << 10);
     return uniform(64 << 10, 256 << 10);

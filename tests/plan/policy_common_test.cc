@@ -169,3 +169,42 @@ TEST(PolicyCommonTest, PlanningTimingChargesALateSwapInAsAStall) {
 
 }  // namespace
 }  // namespace ferry
+
+namespace ferry {
+namespace {
+
+// A feasibility that is not monotone in the budget: with L the bound no plan beats and N the
+// keep plan's bytes, it fits above L + 80% of (N - L) and again between L + 10% and L + 30%.
+// Bisection alone lands near L + 80%; the scan below finds the lower window.
+TEST(PolicyCommonTest, MinBudgetSearchScansBelowTheBisectionForANonMonotonePlanner) {
+  ModelConfig config;
+  config.batch = 2;
+  Result<Graph> g = build_model("resnet-mini", config);
+  ASSERT_TRUE(g.ok());
+  const CostModel cost = round_cost();
+  PlanContext ctx{.graph = *g, .cost = cost};
+  Result<PlanFacts> facts = make_plan_facts(ctx);
+  ASSERT_TRUE(facts.ok());
+  const double lower = static_cast<double>(min_budget_lower_bound(ctx, *facts));
+  const double none = static_cast<double>(facts->none_device_bytes);
+  ASSERT_LT(lower, none * 0.8);
+  auto at = [&](double f) { return static_cast<uint64_t>(lower + f * (none - lower)); };
+  auto fits = [&](uint64_t b) -> Result<bool> { return b >= at(0.8) || (b >= at(0.1) && b <= at(0.3)); };
+  Result<uint64_t> bisected = bisect_min_budget(ctx, *facts, fits);
+  ASSERT_TRUE(bisected.ok());
+  EXPECT_TRUE(*fits(*bisected));
+  EXPECT_GE(*bisected, at(0.8)) << "bisection alone misses the lower window";
+  Result<uint64_t> lowest = lowest_fit_below(ctx, *facts, fits, *bisected);
+  ASSERT_TRUE(lowest.ok());
+  EXPECT_TRUE(*fits(*lowest));
+  EXPECT_EQ(*lowest % ctx.alignment, 0u);
+  const uint64_t step = min_budget_scan_step(ctx, *facts);
+  EXPECT_LT(*lowest, at(0.1) + step);
+  for (uint64_t b = *lowest; b >= step;) {
+    b -= step;
+    EXPECT_FALSE(*fits(b)) << b << " bytes fits, below the answer " << *lowest;
+  }
+}
+
+}  // namespace
+}  // namespace ferry

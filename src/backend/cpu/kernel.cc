@@ -1,5 +1,8 @@
 #include "backend/cpu/kernel.h"
 
+#include <algorithm>
+#include <optional>
+
 #include <fmt/format.h>
 
 #include "common/units.h"
@@ -109,14 +112,15 @@ Md decided_or(const std::optional<Md>& decided, const Md& chosen, const Tensor& 
 Md OpSetup::input_or(size_t i, const Md& wanted) const { return decided_or(in[i], wanted, in_tensor(i)); }
 Md OpSetup::output_or(size_t i, const Md& produced) const { return decided_or(out[i], produced, out_tensor(i)); }
 
+// Setup errors carry no op name: compile() adds "compiling op 'NAME' (TYPE)" to every one.
 void OpSetup::expect_arity(size_t lo, size_t hi, size_t olo, size_t ohi) const {
   if (op.inputs.size() < lo || op.inputs.size() > hi || op.outputs.size() < olo || op.outputs.size() > ohi)
-    fail_invalid(fmt::format("op '{}' ({}) has {} inputs and {} outputs; expected {}..{} inputs and {}..{} outputs",
-                             op.name, to_string(op.type), op.inputs.size(), op.outputs.size(), lo, hi, olo, ohi));
+    fail_invalid(fmt::format("{} inputs and {} outputs; a {} op has {}..{} inputs and {}..{} outputs",
+                             op.inputs.size(), op.outputs.size(), to_string(op.type), lo, hi, olo, ohi));
 }
 
 void OpSetup::require(bool cond, std::string_view what) const {
-  if (!cond) fail_invalid(fmt::format("op '{}' ({}): {}", op.name, to_string(op.type), what));
+  if (!cond) fail_invalid(std::string(what));
 }
 
 std::unique_ptr<Kernel> new_kernel(const OpSetup& s) {
@@ -174,7 +178,52 @@ std::unique_ptr<Kernel> PrimitiveKernelBuilder::finish(Prim prim) && {
   return std::move(kernel_);
 }
 
-std::unique_ptr<Kernel> make_kernel(const OpSetup& s) {
+namespace {
+
+// Ferry passes oneDNN no tensor of 2^31 elements or more. Far above that, on the development
+// machine, primitive creation failed ("could not create a primitive": ResNet-18 at batch 10^6),
+// spun for minutes (VGG-16 at batch 10^8) or reported wrong scratch sizes, and a SIGFPE inside
+// oneDNN was reported at such sizes. 2^31 - 1 (the int32 range, 8 GiB of f32) is a conservative
+// bound below all of those, far above what one CPU iteration can hold. Refusing before oneDNN sees the sizes turns each failure into
+// an InvalidArgument that names the limit.
+constexpr uint64_t kMaxTensorElements = (uint64_t{1} << 31) - 1;
+
+void check_sizes(const OpSetup& s) {
+  auto check = [&](const Tensor& t) {
+    std::optional<uint64_t> elements = 1;
+    for (int64_t d : t.shape)
+      if (elements) elements = checked_mul(*elements, static_cast<uint64_t>(std::max<int64_t>(d, 0)));
+    if (elements && *elements <= kMaxTensorElements) return;
+    fail_invalid(fmt::format("tensor '{}' has shape [{}] ({} elements), over the CPU backend's limit of 2^31 - 1 = {} "
+                             "elements per tensor; use a smaller batch, image or sequence",
+                             t.name, fmt::join(t.shape, ","),
+                             elements ? fmt::format("{}", *elements) : std::string("more than 2^64"),
+                             kMaxTensorElements));
+  };
+  for (size_t i = 0; i < s.op.inputs.size(); ++i) check(s.in_tensor(i));
+  for (size_t i = 0; i < s.op.outputs.size(); ++i) check(s.out_tensor(i));
+}
+
+// A kernel derives every argument's dims from the op's attributes and a few of its tensors; a
+// tensor whose own shape or dtype disagrees (a trace whose shapes contradict each other) is the
+// user's error, named in the user's terms.
+void check_arguments(const OpSetup& s, const Kernel& k) {
+  auto check = [&](const Tensor& t, const Md& md, const char* role, size_t i) {
+    if (is_zero(md)) return;
+    if (md_numel(md) != t.numel())
+      fail_invalid(fmt::format("{} {} '{}' has shape [{}] ({} elements), but the op's other tensors and attributes "
+                               "make it [{}] ({} elements)",
+                               role, i, t.name, fmt::join(t.shape, ","), t.numel(), fmt::join(md.dims(), ","),
+                               md_numel(md)));
+    if (md.data_type() != dnnl_type(t.dtype, t.name))
+      fail_invalid(fmt::format("{} {} '{}' has dtype {}, which this op does not take there", role, i, t.name,
+                               to_string(t.dtype)));
+  };
+  for (size_t i = 0; i < s.op.inputs.size(); ++i) check(s.in_tensor(i), k.input_layout(i), "input", i);
+  for (size_t i = 0; i < s.op.outputs.size(); ++i) check(s.out_tensor(i), k.output_layout(i), "output", i);
+}
+
+std::unique_ptr<Kernel> make_kernel_of_type(const OpSetup& s) {
   switch (s.op.type) {
     case OpType::kConv2d:
     case OpType::kConvBwdData:
@@ -232,6 +281,15 @@ std::unique_ptr<Kernel> make_kernel(const OpSetup& s) {
       fmt::format("op '{}' has type {}, which has no CPU kernel (a trace-imported op can be analysed and "
                   "planned but not run)",
                   s.op.name, to_string(s.op.type)));
+}
+
+}  // namespace
+
+std::unique_ptr<Kernel> make_kernel(const OpSetup& s) {
+  check_sizes(s);
+  std::unique_ptr<Kernel> k = make_kernel_of_type(s);
+  check_arguments(s, *k);
+  return k;
 }
 
 }  // namespace ferry::cpu

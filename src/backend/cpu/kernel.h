@@ -197,7 +197,9 @@ std::unique_ptr<Kernel> new_kernel(const OpSetup& setup);
 void read_plain(Kernel& k, const OpSetup& setup, size_t i);
 void write_plain(Kernel& k, const OpSetup& setup, size_t i);
 
-// Builds the kernel for setup.op. Throws StatusError / dnnl::error (compile() guards it).
+// Builds the kernel for setup.op. Throws StatusError / dnnl::error (compile() guards it):
+// InvalidArgument for a tensor over 2^31 - 1 elements (checked before oneDNN sees it) and for a
+// tensor whose shape or dtype disagrees with what the op's other tensors and attributes imply.
 std::unique_ptr<Kernel> make_kernel(const OpSetup& setup);
 
 // Factories per op family (kernels_*.cc).
