@@ -109,10 +109,7 @@ class ExactModel {
       if (t.persistent()) {
         const bool movable = swaps() && t.bytes > 0 && !a.empty();
         int z = -1;
-        if (movable) {
-          z = offload_[idx(t.id)] = lp_.add_column(0, 1, 0, true);
-          if (acc.written[idx(t.id)]) d2h[static_cast<size_t>(a.back())].emplace_back(z, out_us(t.id));
-        }
+        if (movable) z = offload_[idx(t.id)] = lp_.add_column(0, 1, 0, true);
         for (OpId s = 0; s < static_cast<OpId>(n_); ++s) {
           if (!movable || accessed(s)) {
             add_presence(t.id, s, {-1, 1});
@@ -123,10 +120,11 @@ class ExactModel {
           add_presence(t.id, s, {p, 0});
         }
         if (!movable) continue;
+        if (acc.written[idx(t.id)]) add_swap_out(t.id, a.back(), z, compute, d2h);
         for (OpId s = 0; s < static_cast<OpId>(n_); ++s) {
           const int i = in_[idx(t.id)][static_cast<size_t>(s)] = lp_.add_column(0, 1, 0, true);
           lp_.add_row({{i, 1.0}, {z, -1.0}}, -kInfinity, 0);
-          h2d[static_cast<size_t>(s)].emplace_back(i, in_us(t.id));
+          add_swap_in(t.id, s, i, accessed(s), compute, h2d);
           // Present only if it stayed (from the previous step; an offloaded tensor starts away).
           Terms row;
           double rhs = 0;
@@ -155,7 +153,7 @@ class ExactModel {
       }
       if (can_swap) {
         out_[idx(t.id)] = lp_.add_column(0, 1, 0, true);
-        d2h[static_cast<size_t>(first)].emplace_back(out_[idx(t.id)], out_us(t.id));
+        add_swap_out(t.id, first, out_[idx(t.id)], compute, d2h);
       }
       for (OpId s = first + 1; s <= last; ++s) {
         const Presence prev = presence_[idx(t.id)][static_cast<size_t>(s) - 1];
@@ -173,7 +171,7 @@ class ExactModel {
           const int i = in_[idx(t.id)][static_cast<size_t>(s)] = lp_.add_column(0, 1, 0, true);
           lp_.add_row({{i, 1.0}, {out_[idx(t.id)], -1.0}}, -kInfinity, 0);
           row.emplace_back(i, -1.0);
-          h2d[static_cast<size_t>(s)].emplace_back(i, in_us(t.id));
+          add_swap_in(t.id, s, i, accessed(s), compute, h2d);
         }
         add_le(row, rhs);
       }
@@ -218,6 +216,32 @@ class ExactModel {
 
 
   // Appends coef * p to row; a constant moves to the right-hand side.
+  // The swap-out of t (decided by column o) starts when step `after` is done and runs during the
+  // next stage, overlapped, if t stays on the device then; if t leaves right after `after`, its
+  // release waits for the copy: the time is serial in that stage (column w = o and t away).
+  void add_swap_out(TensorId t, OpId after, int o, std::vector<Terms>& compute, std::vector<Terms>& d2h) {
+    const size_t next = static_cast<size_t>(after) + 1;
+    if (next >= n_) {  // nothing runs after it in this iteration: its release waits
+      compute[static_cast<size_t>(after)].emplace_back(o, out_us(t));
+      return;
+    }
+    const int w = lp_.add_column(0, 1);
+    Terms row{{w, -1.0}, {o, 1.0}};  // w >= o - P[t, next]
+    double rhs = 0;
+    append(row, presence_[idx(t)][next], -1.0, rhs);
+    add_le(row, rhs);
+    lp_.add_row({{w, 1.0}, {o, -1.0}}, -kInfinity, 0);  // w <= o
+    compute[static_cast<size_t>(after)].emplace_back(w, out_us(t));
+    d2h[next].emplace_back(o, out_us(t));
+    d2h[next].emplace_back(w, -out_us(t));
+  }
+
+  // A swap-in (column i) before op s lands during stage s, overlapped with it; when op s reads t,
+  // the op waits for it: serial.
+  void add_swap_in(TensorId t, OpId s, int i, bool read_at_s, std::vector<Terms>& compute, std::vector<Terms>& h2d) {
+    (read_at_s ? compute : h2d)[static_cast<size_t>(s)].emplace_back(i, in_us(t));
+  }
+
   static void append(Terms& row, const Presence& p, double coef, double& rhs) {
     if (p.col >= 0)
       row.emplace_back(p.col, coef);
@@ -291,13 +315,47 @@ Result<PlanAttempt> plan_exact(const PlanContext& ctx, const PlanFacts& facts, c
 
 Result<double> stage_time(const PlanContext& ctx, const PlanFacts& facts, const Schedule& schedule) {
   FERRY_ASSIGN_OR_RETURN(Program p, lower_schedule(facts.g(), schedule, facts.program_options));
-  const size_t n = facts.g().ops.size();
+  const Graph& g = facts.g();
+  const size_t n = g.ops.size();
   std::vector<double> compute(n, 0), in(n, 0), out(n, 0);
+  std::vector<OpId> out_step(g.tensors.size(), kNoOp);  // a swap-out in flight, issued after this step
+  auto reads = [&](OpId s, TensorId t) {
+    const std::vector<TensorId>& ins = g.op(s).inputs;
+    const std::vector<TensorId>& outs = g.op(s).outputs;
+    return std::find(ins.begin(), ins.end(), t) != ins.end() || std::find(outs.begin(), outs.end(), t) != outs.end();
+  };
   for (const Instruction& i : p.instructions) {
     const size_t s = static_cast<size_t>(i.step);
-    if (i.kind == InstrKind::kRun) compute[s] += facts.op_us[static_cast<size_t>(i.op)];
-    if (i.kind == InstrKind::kSwapIn) in[s] += ctx.cost.transfer_us(Direction::kSwapIn, i.tier, i.bytes);
-    if (i.kind == InstrKind::kSwapOut) out[s] += ctx.cost.transfer_us(Direction::kSwapOut, i.tier, i.bytes);
+    switch (i.kind) {
+      case InstrKind::kRun: compute[s] += facts.op_us[static_cast<size_t>(i.op)]; break;
+      case InstrKind::kSwapIn:
+        (reads(i.step, i.tensor) ? compute : in)[s] += ctx.cost.transfer_us(Direction::kSwapIn, i.tier, i.bytes);
+        break;
+      case InstrKind::kSwapOut: out_step[static_cast<size_t>(i.tensor)] = i.step; break;
+      case InstrKind::kRelease:
+      case InstrKind::kFree: {
+        // A swap-out issued in the same step: the release waits for it (serial); else it ran
+        // during the next stage.
+        OpId& issued = out_step[static_cast<size_t>(i.tensor)];
+        if (issued == kNoOp) break;
+        const double us = ctx.cost.transfer_us(Direction::kSwapOut, i.tier, i.bytes);
+        if (issued == i.step || static_cast<size_t>(issued) + 1 >= n)
+          compute[static_cast<size_t>(issued)] += us;
+        else
+          out[static_cast<size_t>(issued) + 1] += us;
+        issued = kNoOp;
+        break;
+      }
+      default: break;
+    }
+  }
+  for (size_t t = 0; t < out_step.size(); ++t) {  // copies never released (they die or stay)
+    if (out_step[t] == kNoOp) continue;
+    const double us = ctx.cost.transfer_us(Direction::kSwapOut, ctx.tier, g.tensors[t].bytes);
+    if (static_cast<size_t>(out_step[t]) + 1 >= n)
+      compute[static_cast<size_t>(out_step[t])] += us;
+    else
+      out[static_cast<size_t>(out_step[t]) + 1] += us;
   }
   double total = 0;
   for (size_t s = 0; s < n; ++s)

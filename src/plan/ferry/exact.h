@@ -8,8 +8,11 @@
 //   I[t,s]  t is swapped in before op s                     (needs a copy: O[t], or t offloaded)
 //   O[t]    transient t is swapped out after its producer   Z[p]: persistent p lives in the tier
 //   P[t,s] <= P[t,s-1] + R[t,s] + I[t,s]            (present only if it stayed or came back)
+//   a swap-in lands during its stage (no I at a step that reads t: the op would wait for it); a
+//   swap-out runs in the stage after its producer, during which t stays on the device
 //   sum_t bytes(t) P[t,s] + scratch(s) <= budget    (every step)
 //   d[s] >= op time + recompute time in stage s,  d[s] >= swap-in time in s,  d[s] >= swap-out time
+//   in s
 //   (the sum of both when the copy directions share a channel); minimise sum_s d[s].
 // A tensor may stay on the device past its last use only to feed a recompute (chains). The
 // stage time is an upper bound of what the simulator gives the same plan (transfers never

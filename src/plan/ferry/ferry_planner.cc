@@ -36,6 +36,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <memory>
 #include <optional>
 
 #include <fmt/format.h>
@@ -147,8 +148,10 @@ class Planner {
     return std::move(*best);
   }
 
- private:
+  // (internal: the class lives in an anonymous namespace; polish() and explain() are used by plan_ferry)
   static constexpr int kMaxRounds = 24;
+  static constexpr size_t kPolishTensorsPerRound = 8;
+  double best_us_ = 0;
   size_t idx(TensorId t) const { return static_cast<size_t>(t); }
   uint64_t bytes_of(TensorId t) const { return f_.aligned_bytes(t); }
   bool swaps_allowed() const { return !ctx_.recompute_only; }
@@ -284,115 +287,75 @@ class Planner {
     return end;
   }
 
-  Option swap_option(const Gap& gap) const {
+  // A swap that has the tensor away at step s. The swap-out (when the tensor has no valid copy
+  // yet) is booked on its link as soon as possible after the tensor is produced and must be done
+  // before s; the swap-in as late as possible before the gap's end and after s. What a window
+  // cannot hold is a stall: the release waits for the rest of the swap-out, the reader for the
+  // rest of the swap-in. A persistent tensor's cyclic gap is its offload: away from its last
+  // access (after the swap-out of its update) to its first access of the next iteration.
+  Option swap_option(const Gap& gap, int64_t s) const {
     Option o;
     o.move = Move::kSwap;
     const TensorId t = gap.tensor;
-    const TensorState& s = ts_[idx(t)];
+    const TensorState& st = ts_[idx(t)];
     const bool persistent = g_.tensor(t).persistent();
-    const double t_in = in_us(t);
-    if (gap.cyclic) return offload_option(gap);
-    OpId release = gap.from;
-    double link_us = t_in;
+    const int64_t n = static_cast<int64_t>(n_);
     const OpId end = end_of(gap);
-    if (!s.has_copy && !persistent) {
-      const OpId p = f_.producer[idx(t)];
-      const size_t first = p == kNoOp ? 0 : static_cast<size_t>(p) + 1;
-      if (static_cast<size_t>(end) <= first) return o;
-      o.out = out_link_->book_forward(first, static_cast<size_t>(end) - first, out_us(t));
-      if (!o.out.ok) return o;
-      release = std::max<OpId>(gap.from, static_cast<OpId>(o.out.last));
-      link_us += out_us(t);
-    }
-    if (release + 1 > end - 1) return o;
-    // Both bookings share one link when the directions cannot overlap: book out first.
+    const bool needs_out = persistent ? gap.cyclic && st.written : !st.has_copy;
+    // The swap-out's window: from the tensor's last write to the step before s (for an offload
+    // seen at the start of the iteration: to the end of the previous one).
+    int64_t out_first = persistent ? gap.from + 1 : (f_.producer[idx(t)] == kNoOp ? 0 : f_.producer[idx(t)] + 1);
+    int64_t out_last = s - 1;
+    if (gap.cyclic && s < end) out_last = n - 1;
+    // A copy made by another gap's swap-out is there once that swap-out is issued.
+    OpId release = st.has_copy && !persistent ? std::max(gap.from, st.out_after) : gap.from;
+    double stall_us = 0, link_us = in_us(t);
     std::optional<LinkBook> shared;
     const LinkBook* in_link = &in_book();
-    if (!in_link_ && o.out.ok && !o.out.parts.empty()) {
-      shared.emplace(*out_link_);
-      shared->commit(o.out);
-      in_link = &*shared;
-    }
-    o.in = in_link->book_backward(static_cast<size_t>(end) - 1, static_cast<size_t>(end - 1 - release), t_in);
-    if (!o.in.ok) return o;
-    const OpId back = static_cast<OpId>(o.in.first);
-    o.lo1 = release + 1;
-    o.hi1 = back - 1;
-    if (o.lo1 > o.hi1) return o;
-    o.release_after = release;
-    o.fetch_before = back;
-    o.link_us = link_us;
-    o.cost_us = link_weight_ * link_us;
-    o.ok = true;
-    return o;
-  }
-
-  // A persistent tensor that lives in the tier: out after its last access when the iteration
-  // writes it, in before its first access.
-  Option offload_option(const Gap& gap) const {
-    Option o;
-    o.move = Move::kSwap;
-    const TensorId t = gap.tensor;
-    const TensorState& s = ts_[idx(t)];
-    const OpId last = gap.from, first = end_of(gap);
-    double stall_us = 0;
-    OpId release = last;
-    double link_us = in_us(t);
-    std::optional<LinkBook> shared;
-    const LinkBook* in_link = &in_book();
-    if (s.written) {
-      const size_t from = static_cast<size_t>(last) + 1;
-      if (from < n_) {
-        o.out = out_link_->book_forward(from, n_ - from, out_us(t));
-        if (o.out.ok) release = static_cast<OpId>(o.out.last);
-      }
-      if (!o.out.ok) {  // the copy outlasts the iteration: its release waits
-        release = static_cast<OpId>(n_ - 1);
-        stall_us += out_us(t);
-      }
+    if (needs_out) {
       link_us += out_us(t);
-      if (!in_link_ && o.out.ok) {
+      const int64_t window = out_last - out_first + 1;
+      o.out = out_link_->book_forward(static_cast<size_t>(std::min(out_first, n - 1)),
+                                      static_cast<size_t>(std::max<int64_t>(window, 0)), out_us(t), /*partial=*/true);
+      if (o.out.remainder_us > 0 || o.out.parts.empty()) {
+        release = static_cast<OpId>(std::max<int64_t>(gap.from, out_last));  // waits for the rest
+        stall_us += o.out.parts.empty() ? out_us(t) : o.out.remainder_us;
+      } else {
+        release = static_cast<OpId>(std::max<int64_t>(gap.from, static_cast<int64_t>(o.out.last)));
+      }
+      if (!in_link_ && !o.out.parts.empty()) {
         shared.emplace(*out_link_);
         shared->commit(o.out);
         in_link = &*shared;
       }
     }
-    OpId back = first;
-    if (first > 0) {
-      o.in = in_link->book_backward(static_cast<size_t>(first) - 1, static_cast<size_t>(first), in_us(t));
-      if (o.in.ok) back = static_cast<OpId>(o.in.first);
+    // The swap-in's window: after s (or, for an offload seen after the last access, from the
+    // start of the next iteration) to the step before the gap's end.
+    const int64_t in_first = gap.cyclic && s > gap.from ? 0 : s + 1;
+    const int64_t in_window = end - in_first;
+    OpId back = end;
+    if (in_window > 0) {
+      o.in = in_link->book_backward(static_cast<size_t>(end - 1), static_cast<size_t>(in_window), in_us(t),
+                                    /*partial=*/true);
+      back = o.in.remainder_us > 0 || o.in.parts.empty() ? static_cast<OpId>(in_first) : static_cast<OpId>(o.in.first);
+      stall_us += o.in.parts.empty() ? in_us(t) : o.in.remainder_us;
+    } else {
+      stall_us += in_us(t);  // on demand, right before its reader
     }
-    if (!o.in.ok) stall_us += in_us(t);  // fetched on demand at its first access
-    o.lo1 = release + 1;
-    o.hi1 = static_cast<int64_t>(n_) - 1;
-    o.lo2 = 0;
-    o.hi2 = back - 1;
-    if (o.steps_away() == 0) return o;
+    if (gap.cyclic) {
+      o.lo1 = release + 1;
+      o.hi1 = n - 1;
+      o.lo2 = 0;
+      o.hi2 = back - 1;
+    } else {
+      o.lo1 = release + 1;
+      o.hi1 = back - 1;
+    }
+    if (!o.covers(s)) return Option{};
     o.release_after = release;
     o.fetch_before = back;
     o.link_us = link_us;
     o.cost_us = link_weight_ * link_us + stall_us;
-    o.ok = true;
-    return o;
-  }
-
-  // Inner gap of an offloaded persistent tensor: its copy is valid (no write before the update).
-  Option inner_offload_option(const Gap& gap) const {
-    Option o;
-    o.move = Move::kSwap;
-    const OpId end = end_of(gap);
-    if (end - 1 <= gap.from) return o;
-    o.in = in_book().book_backward(static_cast<size_t>(end) - 1, static_cast<size_t>(end - 1 - gap.from),
-                                   in_us(gap.tensor));
-    if (!o.in.ok) return o;
-    const OpId back = static_cast<OpId>(o.in.first);
-    o.lo1 = gap.from + 1;
-    o.hi1 = back - 1;
-    if (o.lo1 > o.hi1) return o;
-    o.release_after = gap.from;
-    o.fetch_before = back;
-    o.link_us = in_us(gap.tensor);
-    o.cost_us = link_weight_ * o.link_us;
     o.ok = true;
     return o;
   }
@@ -458,15 +421,17 @@ class Planner {
     if (persistent ? (gap.cyclic && s.written) : !s.has_copy) stall_us += out_us(t);
     else if (gap.move() == Move::kSwap && gap.decided.release_after > gap.from && gap.decided.out.ok)
       stall_us += out_us(t);  // its own swap-out was not done by then
-    o.release_after = gap.from;
+    // Not before its swap-out is issued (where its booking starts).
+    const OpId release = s.has_copy && !persistent ? std::max(gap.from, s.out_after) : gap.from;
+    o.release_after = release;
     o.fetch_before = end;
     if (gap.cyclic) {
-      o.lo1 = gap.from + 1;
+      o.lo1 = release + 1;
       o.hi1 = static_cast<int64_t>(n_) - 1;
       o.lo2 = 0;
       o.hi2 = end - 1;
     } else {
-      o.lo1 = gap.from + 1;
+      o.lo1 = release + 1;
       o.hi1 = end - 1;
     }
     o.link_us = in_us(t) + (s.has_copy ? 0 : out_us(t));
@@ -495,11 +460,7 @@ class Planner {
       return best;
     }
     if (gap.move() == Move::kRecompute) return best;
-    if (swaps_allowed()) {
-      const bool inner = g_.tensor(gap.tensor).persistent() && !gap.cyclic;
-      consider(inner ? inner_offload_option(gap) : swap_option(gap));
-      consider(forced_option(gap));
-    }
+    if (swaps_allowed()) consider(swap_option(gap, s));
     consider(recompute_option(gap));
     return best;
   }
@@ -607,7 +568,14 @@ class Planner {
       ++s.swapped_gaps;
       if (!s.has_copy) {
         s.has_copy = true;
-        s.out_after = persistent ? gap.from : f_.producer[idx(gap.tensor)];
+        // Issued where its booking starts, so the link's FIFO order is the booking's order (an
+        // earlier issue would queue it ahead of transfers booked before it).
+        const OpId written = persistent ? gap.from : f_.producer[idx(gap.tensor)];
+        s.out_after = written;
+        if (o.out.ok && !o.out.parts.empty()) {
+          const OpId start = static_cast<OpId>(o.out.parts.front().first) - 1;
+          if (start > written) s.out_after = start;
+        }
         if (persistent)  // offloaded: its inner gaps may leave too
           for (int inner : s.gaps)
             if (inner != id) reindex(inner, static_key(inner));
@@ -664,7 +632,7 @@ class Planner {
       if (!st.has_copy) continue;
       if (t.persistent()) {
         s.offloaded.push_back({t.id, ctx_.tier});
-        if (st.written) add_after(s, st.accesses.back(), swap_out_action(t.id, ctx_.tier));
+        if (st.written) add_after(s, std::max(st.out_after, st.accesses.back()), swap_out_action(t.id, ctx_.tier));
       } else if (st.out_after == kNoOp) {
         add_before(s, 0, swap_out_action(t.id, ctx_.tier));
       } else {
@@ -691,6 +659,112 @@ class Planner {
     for (size_t i = 0; i < n_; ++i)
       for (const Action& a : releases[i]) add_after(s, static_cast<OpId>(i), a);
     return s;
+  }
+
+  // Polish with the simulator as the judge: the tensors whose swap-ins stall the most get, one
+  // by one, their alternatives (fetched earlier, recomputed, kept), and a change is kept when the
+  // plan still fits and the simulated iteration gets faster. Bounded by `max_evaluations`.
+  Result<PlanAttempt> polish(PlanAttempt best, int rounds, int max_evaluations) {
+    FERRY_ASSIGN_OR_RETURN(SimResult sim, simulate(best.schedule));
+    double best_us = sim.iteration_us;
+    int evaluations = 0;
+    for (int round = 0; round < rounds && evaluations < max_evaluations; ++round) {
+      std::vector<std::pair<double, TensorId>> stalled;
+      for (size_t t = 0; t < sim.swap_in_wait_us.size(); ++t)
+        if (sim.swap_in_wait_us[t] > 0.5) stalled.emplace_back(sim.swap_in_wait_us[t], static_cast<TensorId>(t));
+      std::sort(stalled.begin(), stalled.end(), std::greater<>());
+      if (stalled.size() > kPolishTensorsPerRound) stalled.resize(kPolishTensorsPerRound);
+      bool improved = false;
+      for (auto [wait, t] : stalled) {
+        for (int id : ts_[idx(t)].gaps) {
+          if (gaps_[static_cast<size_t>(id)].move() != Move::kSwap) continue;
+          // Everything this may change: the gap, and for an offload its tensor's inner gaps (a
+          // tensor that stays on the device between iterations never leaves it).
+          std::vector<std::pair<int, Option>> kept;
+          for (int other : ts_[idx(t)].gaps) kept.emplace_back(other, gaps_[static_cast<size_t>(other)].decided);
+          auto restore = [&] {
+            for (auto& [other, d] : kept) gaps_[static_cast<size_t>(other)].decided = d;
+            refresh_copies();
+          };
+          for (const Option& alt : alternatives(id)) {
+            if (evaluations++ >= max_evaluations) break;
+            gaps_[static_cast<size_t>(id)].decided = alt;
+            if (gaps_[static_cast<size_t>(id)].cyclic && alt.move != Move::kSwap)
+              for (int other : ts_[idx(t)].gaps) gaps_[static_cast<size_t>(other)].decided = Option{};
+            refresh_copies();
+            Result<std::optional<PlanAttempt>> tried = try_plan(best_us);
+            if (!tried.ok()) return tried.status();
+            if (*tried) {
+              best = std::move(**tried);
+              best_us = best_us_;
+              improved = true;
+              break;
+            }
+            restore();
+          }
+        }
+      }
+      if (!improved) break;
+      FERRY_ASSIGN_OR_RETURN(sim, simulate(best.schedule));
+    }
+    best.notes = summary() + fmt::format("; polished with {} simulations", evaluations);
+    return best;
+  }
+
+  // What else a decided swap could be: fetched earlier (1, 2, 4, ... steps), recomputed, kept.
+  std::vector<Option> alternatives(int id) const {
+    const Gap& gap = gaps_[static_cast<size_t>(id)];
+    std::vector<Option> out;
+    const Option& d = gap.decided;
+    for (int64_t k = 1; k <= 64; k *= 2) {
+      Option o = d;
+      o.in = {};
+      const int64_t back = static_cast<int64_t>(d.fetch_before) - k;
+      if (gap.cyclic ? back < 0 : back <= d.release_after + 1) break;
+      o.fetch_before = static_cast<OpId>(back);
+      if (gap.cyclic) o.hi2 = back - 1; else o.hi1 = back - 1;
+      out.push_back(o);
+    }
+    const Option rec = recompute_option(gap);
+    if (rec.ok) out.push_back(rec);
+    out.push_back(Option{});  // keep
+    return out;
+  }
+
+  // A transient has a swap-out exactly when one of its gaps is swapped; a persistent tensor is
+  // offloaded when its cyclic gap is.
+  void refresh_copies() {
+    for (size_t t = 0; t < ts_.size(); ++t) {
+      TensorState& st = ts_[t];
+      bool any = false;
+      for (int id : st.gaps) {
+        const Gap& g = gaps_[static_cast<size_t>(id)];
+        if (g.move() == Move::kSwap && (!g_.tensor(static_cast<TensorId>(t)).persistent() || g.cyclic)) any = true;
+      }
+      st.has_copy = any;
+      if (any && st.out_after == kNoOp && !g_.tensor(static_cast<TensorId>(t)).persistent())
+        st.out_after = f_.producer[t];
+    }
+  }
+
+  // The plan of the current decisions if it fits and simulates faster than `than_us`.
+  Result<std::optional<PlanAttempt>> try_plan(double than_us) {
+    PlanAttempt a;
+    FERRY_ASSIGN_OR_RETURN(a.schedule, complete_schedule(f_, intent()));
+    FERRY_ASSIGN_OR_RETURN(a.measure, measure_schedule(f_, a.schedule, /*place=*/false));
+    if (a.measure.live_peak_bytes > ctx_.budget_bytes) return std::optional<PlanAttempt>();
+    FERRY_ASSIGN_OR_RETURN(SimResult sim, simulate(a.schedule));
+    if (sim.iteration_us >= than_us * (1 - 1e-6)) return std::optional<PlanAttempt>();
+    FERRY_ASSIGN_OR_RETURN(a.measure, measure_schedule(f_, a.schedule, /*place=*/true, ctx_.budget_bytes));
+    a.fits = a.measure.device_bytes <= ctx_.budget_bytes;
+    if (!a.fits) return std::optional<PlanAttempt>();
+    best_us_ = sim.iteration_us;
+    return std::optional<PlanAttempt>(std::move(a));
+  }
+
+  Result<SimResult> simulate(const Schedule& s) const {
+    FERRY_ASSIGN_OR_RETURN(Program program, lower_schedule(g_, s, f_.program_options));
+    return simulate_for_planning(ctx_, f_, program);
   }
 
   std::string summary() const {
@@ -745,11 +819,11 @@ class Planner {
 Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, const FerryTuning& tuning,
                                std::vector<PlanDecision>* decisions) {
   std::optional<PlanAttempt> best;
+  std::unique_ptr<planner::Planner> winner;
   double best_us = std::numeric_limits<double>::infinity();
-  std::vector<PlanDecision> best_decisions;
   for (double weight : tuning.link_weights) {
-    std::vector<PlanDecision> d;
-    FERRY_ASSIGN_OR_RETURN(PlanAttempt a, planner::Planner(ctx, facts, weight).run(decisions ? &d : nullptr));
+    auto p = std::make_unique<planner::Planner>(ctx, facts, weight);
+    FERRY_ASSIGN_OR_RETURN(PlanAttempt a, p->run(nullptr));
     double us = std::numeric_limits<double>::infinity();
     if (a.fits) {
       FERRY_ASSIGN_OR_RETURN(Program program, lower_schedule(facts.g(), a.schedule, facts.program_options));
@@ -761,11 +835,14 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
     if (better) {
       best = std::move(a);
       best_us = us;
-      best_decisions = std::move(d);
+      winner = std::move(p);
     }
     if (ctx.budget_bytes == 0) break;
   }
-  if (decisions != nullptr) *decisions = std::move(best_decisions);
+  if (best->fits && ctx.budget_bytes != 0 && tuning.repair_rounds > 0) {
+    FERRY_ASSIGN_OR_RETURN(best, winner->polish(std::move(*best), tuning.repair_rounds, tuning.max_polish_simulations));
+  }
+  if (decisions != nullptr) *decisions = winner->explain();
   // The rounds placed with a shortcut (the first placement within the budget); report the
   // smallest, as every consumer of the schedule will place it.
   FERRY_ASSIGN_OR_RETURN(best->measure, measure_schedule(facts, best->schedule));

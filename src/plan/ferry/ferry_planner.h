@@ -29,7 +29,8 @@ struct FerryTuning {
   // recompute time per byte; the plan with the best simulated time wins. 0 prefers swaps the
   // link can hide, larger values keep the link for what cannot be recomputed cheaply.
   std::vector<double> link_weights = {0.0, 1.0, 4.0};
-  int repair_rounds = 6;  // simulated rounds moving stalled prefetches earlier
+  int repair_rounds = 6;           // polish rounds: stalled swaps fetched earlier, recomputed or kept
+  int max_polish_simulations = 96; // simulations the polish may spend
 };
 
 // Plans ctx with the Ferry planner. Returns the best attempt (which may not fit: the registry

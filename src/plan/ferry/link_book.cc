@@ -46,9 +46,16 @@ size_t LinkBook::prev_open(size_t i) const {
 // Distance from `a` to `b` going forward (cyclic).
 static size_t forward_distance(size_t a, size_t b, size_t n) { return b >= a ? b - a : b + n - a; }
 
-LinkBook::Booking LinkBook::book_forward(size_t from, size_t max_buckets, double us) const {
+LinkBook::Booking LinkBook::book_forward(size_t from, size_t max_buckets, double us, bool partial) const {
   Booking b;
-  if (n_ == 0 || max_buckets == 0) return b;
+  if (n_ == 0 || max_buckets == 0) {
+    if (partial) {
+      b.ok = true;
+      b.first = b.last = from % std::max<size_t>(n_, 1);
+      b.remainder_us = us;
+    }
+    return b;
+  }
   from %= n_;
   b.first = from;
   b.last = from;
@@ -58,7 +65,11 @@ LinkBook::Booking LinkBook::book_forward(size_t from, size_t max_buckets, double
   while (need > kEpsilonUs) {
     const size_t j = next_open(i);
     span += forward_distance(i, j, n_);
-    if (span >= max_buckets || left_[j] <= kEpsilonUs) return Booking{};
+    if (span >= max_buckets || left_[j] <= kEpsilonUs) {
+      if (!partial) return Booking{};
+      b.remainder_us = need;
+      break;
+    }
     const double take = std::min(left_[j], need);
     b.parts.emplace_back(j, take);
     need -= take;
@@ -72,9 +83,16 @@ LinkBook::Booking LinkBook::book_forward(size_t from, size_t max_buckets, double
   return b;
 }
 
-LinkBook::Booking LinkBook::book_backward(size_t to, size_t max_buckets, double us) const {
+LinkBook::Booking LinkBook::book_backward(size_t to, size_t max_buckets, double us, bool partial) const {
   Booking b;
-  if (n_ == 0 || max_buckets == 0) return b;
+  if (n_ == 0 || max_buckets == 0) {
+    if (partial) {
+      b.ok = true;
+      b.first = b.last = to % std::max<size_t>(n_, 1);
+      b.remainder_us = us;
+    }
+    return b;
+  }
   to %= n_;
   b.first = to;
   b.last = to;
@@ -84,7 +102,11 @@ LinkBook::Booking LinkBook::book_backward(size_t to, size_t max_buckets, double 
   while (need > kEpsilonUs) {
     const size_t j = prev_open(i);
     span += forward_distance(j, i, n_);
-    if (span >= max_buckets || left_[j] <= kEpsilonUs) return Booking{};
+    if (span >= max_buckets || left_[j] <= kEpsilonUs) {
+      if (!partial) return Booking{};
+      b.remainder_us = need;
+      break;
+    }
     const double take = std::min(left_[j], need);
     b.parts.emplace_back(j, take);
     need -= take;

