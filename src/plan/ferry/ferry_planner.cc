@@ -422,7 +422,8 @@ class Planner {
     else if (gap.move() == Move::kSwap && gap.decided.release_after > gap.from && gap.decided.out.ok)
       stall_us += out_us(t);  // its own swap-out was not done by then
     // Not before its swap-out is issued (where its booking starts).
-    const OpId release = s.has_copy && !persistent ? std::max(gap.from, s.out_after) : gap.from;
+    const bool owns_out = !persistent || gap.cyclic;
+    const OpId release = s.has_copy && owns_out ? std::max(gap.from, s.out_after) : gap.from;
     o.release_after = release;
     o.fetch_before = end;
     if (gap.cyclic) {
