@@ -81,6 +81,8 @@ int run_profile(const ProfileOptions& o) {
   if (!o.calibrate.empty()) return run_calibrate(o);
   if (!o.device.empty()) return report(Status::InvalidArgument("--device is for --calibrate (the profile to fit)"));
   if (o.out.empty()) return report(Status::InvalidArgument("--out FILE is required (the trace to write)"));
+  Result<uint64_t> storage_bytes = parse_bytes(o.storage_bytes);
+  if (!storage_bytes.ok()) return report(storage_bytes.status());
   if (Status s = set_compute_threads(o.threads); !s.ok()) return report(s);
   // Fail before minutes of measuring, not after.
   for (const std::string& file : {o.out, o.hardware_out}) {
@@ -89,8 +91,6 @@ int run_profile(const ProfileOptions& o) {
     if (!file.empty() && !dir.empty() && !std::filesystem::is_directory(dir, ec))
       return report(Status::InvalidArgument(fmt::format("cannot write '{}': '{}' is not a directory", file, dir.string())));
   }
-  Result<uint64_t> storage_bytes = parse_bytes(o.storage_bytes);
-  if (!storage_bytes.ok()) return report(storage_bytes.status());
   Result<Graph> g = load_graph(o.graph);
   if (!g.ok()) return report(g.status());
   Result<BackendOptions> backend_options = parse_backend_options(o.conv_algo);
