@@ -37,6 +37,9 @@ void add_graph_options(CLI::App* app, GraphOptions& o, const std::string& defaul
   CLI::Option* image = app->add_option("--image", o.image, "Input image side for CNNs (default: the model's, e.g. 224)");
   CLI::Option* seq =
       app->add_option("--seq", o.seq, "Sequence length for transformers (default: the model's, e.g. 1024)");
+  CLI::Option* depth = app->add_option(
+      "--depth", o.depth,
+      "Layers of a model built at any depth (--model preact-resnet: 9n+2, e.g. 164, 1001, 2504, 10001)");
   CLI::Option* optimizer =
       app->add_option("--optimizer", o.optimizer, "Optimizer, whose state is part of the iteration: sgd (momentum "
                                                   "0.9), adam, or adamw (Adam with decoupled weight decay 0.01)")
@@ -46,7 +49,8 @@ void add_graph_options(CLI::App* app, GraphOptions& o, const std::string& defaul
                   "tensor cores), amp-fp16 or amp-bf16 (mixed precision: 16-bit activations and gradients, fp32 master "
                   "weights with 16-bit copies, fp32 optimizer state). Sizes and the cost model follow it; a device "
                   "profile without the rate it needs is an error. `train` and `profile` run fp32 only (CPU backend)");
-  for (CLI::Option* given_by_the_trace : {model, batch, image, seq, optimizer}) trace->excludes(given_by_the_trace);
+  for (CLI::Option* given_by_the_trace : {model, batch, image, seq, depth, optimizer})
+    trace->excludes(given_by_the_trace);
 }
 
 void add_learning_rate_option(CLI::App* app, GraphOptions& o) {
@@ -114,6 +118,7 @@ Result<Graph> load_graph(const GraphOptions& o) {
   c.batch = o.batch;
   c.image = o.image;
   c.seq = o.seq;
+  c.depth = o.depth;
   if (o.optimizer == "sgd") {
     c.train.optimizer = OptimizerKind::kSgd;
   } else if (o.optimizer == "adam" || o.optimizer == "adamw") {

@@ -17,6 +17,7 @@ struct GraphOptions {
   int64_t batch = 0;  // 0 = not given
   int64_t image = 0;
   int64_t seq = 0;
+  int32_t depth = 0;  // 0 = not given
   std::string optimizer = "sgd";
   std::optional<double> lr;  // --lr; absent: default_learning_rate()
   std::string precision;  // "" = not given: fp32 for zoo models, the trace's own for traces

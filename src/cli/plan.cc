@@ -30,7 +30,7 @@ struct PlanOptions {
   GraphOptions graph;
   std::string device = "cpu-local";
   std::string budget;
-  std::string policy = "none";
+  std::string policy;  // empty: ferry with a --budget or when the model exceeds the device, else none
   bool json = false;
   bool logical_sizes = false;
   std::string trace_out;
@@ -68,8 +68,9 @@ Status check_plan_options(const PlanOptions& o) {
   const bool all = o.policy == "all";
   FERRY_RETURN_IF_ERROR(check_option_used(cmd, "--swapin-ahead", all || o.policy == "lms", "without --policy lms"));
   for (const char* checkmate : {"--checkmate-time-limit", "--checkmate-max-nodes"})
-    FERRY_RETURN_IF_ERROR(check_option_used(cmd, checkmate, all || o.policy == "checkmate",
-                                            "without --policy checkmate"));
+    FERRY_RETURN_IF_ERROR(check_option_used(cmd, checkmate,
+                                            all || o.policy == "checkmate" || o.policy == "ferry-exact",
+                                            "without --policy checkmate or ferry-exact"));
   FERRY_RETURN_IF_ERROR(check_option_used(cmd, "--tier", o.policy != "none", "with --policy none (it swaps nothing)"));
   return Status::Ok();
 }
@@ -318,7 +319,10 @@ void print_plan_summary(const PlanOptions& o, const PlanSetup& s, const PlanRepo
   if (!o.plot.empty()) std::printf("  memory plot written to %s\n", o.plot.c_str());
 }
 
-int run_plan(const PlanOptions& o) {
+int run_plan(const PlanOptions& given) {
+  PlanOptions o = given;
+  const bool policy_given = !o.policy.empty();
+  if (!policy_given) o.policy = o.budget.empty() ? "none" : "ferry";
   if (Status st = check_plan_options(o); !st.ok()) return report(st);
   Result<PlanSetup> setup = set_up_plan(o);
   if (!setup.ok()) return report(setup.status());
@@ -326,7 +330,16 @@ int run_plan(const PlanOptions& o) {
   const CostModel cost(s.hw);
   PlanContext ctx{.graph = s.graph, .cost = cost, .budget_bytes = s.budget_bytes, .tier = s.tier,
                   .op_scratch_bytes = s.scratch};
+  ctx.recompute_only = o.tier == "none";
   ctx.options = o.policy_options;
+  if (!policy_given && o.budget.empty() && !o.sweep && !o.find_min_budget) {
+    // No budget and no policy: plan for the device's capacity, with ferry when the model does
+    // not fit it as it is.
+    PlanContext unlimited = ctx;
+    unlimited.budget_bytes = 0;
+    Result<PlanReport> keep = plan_policy("none", unlimited);
+    if (keep.ok() && keep->device_bytes > s.budget_bytes) o.policy = "ferry";
+  }
   if (o.sweep) return run_sweep(o, s, cost, ctx);
   if (o.find_min_budget) return run_find_min_budget(o, s, ctx);
   Result<PlanReport> planned = plan_policy(o.policy, ctx);
@@ -393,8 +406,13 @@ void register_plan(CLI::App& app, std::function<int()>& action) {
                   "Device memory budget: bytes or with a unit (6GiB, 512MiB...), or a percentage of the no-swap peak "
                   "of this model and shape with the sizes the plan uses (33%). At most the device's capacity, which "
                   "is the default");
-  add_policy_options(cmd, o->policy, o->policy_options, "Memory plan policy (all: every policy, with --sweep):");
-  cmd->add_option("--tier", o->tier, "Where swapped tensors go: host or ssd")->capture_default_str();
+  add_policy_options(cmd, o->policy, o->policy_options,
+                     "Memory plan policy (default: ferry with a --budget, or when the model does not fit the device; "
+                     "none otherwise; all: every policy, with --sweep):");
+  cmd->add_option("--tier", o->tier,
+                  "Where swapped tensors go: host or ssd; none restricts every policy to recomputation (for comparison "
+                  "with recompute-only systems)")
+      ->capture_default_str();
   CLI::Option* min = cmd->add_flag("--find-min-budget", o->find_min_budget,
                                    "Search the smallest budget at which the policy's plan fits, and print it");
   CLI::Option* sweep = cmd->add_flag(

@@ -56,8 +56,9 @@ Result<std::vector<uint64_t>> apply_backend_sizes(Graph& g, const BackendOptions
 }
 
 Result<Tier> parse_tier(const std::string& s) {
+  if (s == "none") return Tier::kHost;  // no swapping at all: see swaps_allowed()
   if (std::optional<Tier> t = tier_from_string(s)) return *t;
-  return Status::InvalidArgument(fmt::format("unknown tier '{}' (use host or ssd)", s));
+  return Status::InvalidArgument(fmt::format("unknown tier '{}' (use host, ssd, or none for recomputation only)", s));
 }
 
 void add_policy_options(CLI::App* cmd, std::string& policy, PolicyOptions& options, const std::string& help) {

@@ -42,7 +42,8 @@ Result<std::vector<uint64_t>> apply_backend_sizes(Graph& g, const BackendOptions
 // --swapin-ahead, --checkmate-time-limit, --checkmate-max-nodes to a subcommand.
 void add_policy_options(CLI::App* cmd, std::string& policy, PolicyOptions& options, const std::string& help);
 
-// Parses --tier.
+// Parses --tier: host, ssd, or none (recomputation only: PlanContext::recompute_only, and the
+// returned tier is unused).
 Result<Tier> parse_tier(const std::string& s);
 
 }  // namespace ferry::cli

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 
 #include <fmt/format.h>
@@ -55,7 +56,7 @@ struct TrainCliOptions {
   std::string data = "synthetic";
   bool json = false;
   bool no_progress = false;
-  std::string policy = "none";
+  std::string policy;  // empty: ferry with a --budget, else none
   std::string tier = "host";
   std::string device = "cpu-local";
   std::string ssd_dir = "/tmp";
@@ -64,6 +65,15 @@ struct TrainCliOptions {
   PolicyOptions policy_options;
   std::string conv_algo = "auto";
   std::string op_times;
+  bool compare = false;  // also train unconstrained first and report the slowdown
+  bool demo = false;     // no options at all: the built-in demo (33% with ferry, compared)
+};
+
+// --compare: the same model trained first without a budget or a plan, in this process.
+struct Baseline {
+  double median_ms = 0;
+  uint64_t measured_peak_bytes = 0;
+  std::vector<float> losses;
 };
 
 // Everything the iterations need, and what the reports say about how it was set up.
@@ -80,6 +90,7 @@ struct TrainSetup {
   // The simulator's prediction of what runs, from the device profile and the op times of an
   // earlier run (--op-times); made when planning, or on request with --op-times.
   std::optional<SimResult> predicted;
+  std::optional<Baseline> baseline;  // --compare
 };
 
 // The iterations and what is derived from them.
@@ -114,7 +125,8 @@ Status check_train_options(const TrainCliOptions& o) {
                                           "without --policy or --op-times (it is what plans and predictions use)"));
   FERRY_RETURN_IF_ERROR(check_option_used(cmd, "--swapin-ahead", o.policy == "lms", "without --policy lms"));
   for (const char* checkmate : {"--checkmate-time-limit", "--checkmate-max-nodes"})
-    FERRY_RETURN_IF_ERROR(check_option_used(cmd, checkmate, o.policy == "checkmate", "without --policy checkmate"));
+    FERRY_RETURN_IF_ERROR(check_option_used(cmd, checkmate, o.policy == "checkmate" || o.policy == "ferry-exact",
+                                            "without --policy checkmate or ferry-exact"));
   if (planned && o.budget.empty()) return Status::InvalidArgument("--policy needs a --budget to plan for");
   return Status::Ok();
 }
@@ -158,6 +170,7 @@ Status plan_training(const TrainCliOptions& o, TrainSetup& s) {
   CostModel cost(hw);
   PlanContext ctx{.graph = sized, .cost = cost, .budget_bytes = 0, .tier = tier, .op_scratch_bytes = scratch,
                   .options = o.policy_options};
+  ctx.recompute_only = o.tier == "none";
   if (percent) {
     FERRY_ASSIGN_OR_RETURN(PlanReport none, plan_policy("none", ctx));
     s.no_swap_peak_bytes = none.device_bytes;
@@ -210,6 +223,30 @@ Result<TrainResult> summarize(TrainResult r, const Executor& e) {
   return r;
 }
 
+// --compare: trains the same graph on the same data without a budget or a plan (the executor
+// allocates what the keep plan needs), in this process, before the planned run.
+Result<Baseline> run_baseline(const TrainCliOptions& o, const TrainSetup& s, bool show_progress) {
+  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<DataSource> data, open_data(o.data, s.graph, o.seed));
+  ExecutorOptions eo;
+  eo.seed = o.seed;
+  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Executor> e, Executor::create(s.graph, *s.backend, eo, nullptr));
+  FERRY_RETURN_IF_ERROR(e->initialize());
+  FERRY_ASSIGN_OR_RETURN(TrainResult r, run_iterations(*e, *data, o.iters, show_progress));
+  FERRY_ASSIGN_OR_RETURN(r, summarize(std::move(r), *e));
+  Baseline b;
+  b.median_ms = r.median_ms;
+  b.measured_peak_bytes = e->measured_peak_bytes();
+  for (const IterationStats& it : r.iterations) b.losses.push_back(it.loss);
+  return b;
+}
+
+bool same_losses(const Baseline& b, const TrainResult& r) {
+  if (b.losses.size() != r.iterations.size()) return false;
+  for (size_t i = 0; i < b.losses.size(); ++i)
+    if (std::memcmp(&b.losses[i], &r.iterations[i].loss, sizeof(float)) != 0) return false;
+  return true;
+}
+
 // The JSON document of a run (--json).
 nlohmann::json train_report_json(const TrainCliOptions& o, const TrainSetup& s, const Executor& e,
                                  const TrainResult& r) {
@@ -255,6 +292,12 @@ nlohmann::json train_report_json(const TrainCliOptions& o, const TrainSetup& s, 
   const TransferEngineStats ts = e.transfer_stats();
   j["bytes_swapped_out"] = ts.bytes_out;
   j["bytes_swapped_in"] = ts.bytes_in;
+  if (s.baseline) {
+    j["baseline"] = {{"median_iter_ms", s.baseline->median_ms},
+                     {"measured_peak_bytes", s.baseline->measured_peak_bytes},
+                     {"losses_bitwise_identical", same_losses(*s.baseline, r)}};
+    j["measured_slowdown"] = r.median_ms / s.baseline->median_ms;
+  }
   return j;
 }
 
@@ -283,6 +326,19 @@ void print_train_summary(const TrainCliOptions& o, const TrainSetup& s, const Ex
   if (r.convs.kernels > 0)
     std::printf("  convolutions    %s: %d of %d kernels Winograd, the rest direct\n",
                 std::string(to_string(s.backend_options.conv_algorithm)).c_str(), r.convs.winograd, r.convs.kernels);
+  if (s.baseline) {
+    const Baseline& b = *s.baseline;
+    std::printf("\nSide by side (measured, this process, same data and seed):\n");
+    std::printf("  %-26s %12s %14s %16s\n", "", "budget", "device peak", "iteration");
+    std::printf("  %-26s %12s %14s %13.1f ms\n", "without a plan", "-", format_bytes(b.measured_peak_bytes).c_str(),
+                b.median_ms);
+    const std::string planned = fmt::format("{} at {}", o.policy, s.budget ? s.budget->text : std::string("?"));
+    std::printf("  %-26s %12s %14s %13.1f ms  %.2fx\n", planned.c_str(), format_bytes(e.budget_bytes()).c_str(),
+                format_bytes(e.measured_peak_bytes()).c_str(), r.median_ms, r.median_ms / b.median_ms);
+    std::printf("  need without a plan %s; losses bitwise identical: %s\n",
+                format_bytes(s.no_swap_peak_bytes > 0 ? s.no_swap_peak_bytes : b.measured_peak_bytes).c_str(),
+                same_losses(b, r) ? "yes" : "NO");
+  }
 }
 
 // The line before the iterations.
@@ -295,12 +351,29 @@ void print_train_header(const TrainCliOptions& o, const TrainSetup& s, const Exe
   if (!s.plan_summary.empty()) std::printf("  %s\n", s.plan_summary.c_str());
 }
 
-int run_train(const TrainCliOptions& o) {
+int run_train(const TrainCliOptions& given) {
+  TrainCliOptions o = given;
+  if (o.demo) {
+    o.budget = "33%";
+    o.compare = true;
+  }
+  if (o.policy.empty()) o.policy = o.budget.empty() ? "none" : "ferry";
   if (Status st = check_train_options(o); !st.ok()) return report(st);
   Result<TrainSetup> setup = set_up_training(o);
   if (!setup.ok()) return report(setup.status());
   TrainSetup& s = *setup;
   if (Status st = plan_training(o, s); !st.ok()) return report(st);
+  const bool show_progress = !o.no_progress && !o.json && isatty(STDERR_FILENO);
+  if (o.demo && !o.json)
+    std::printf("ferry train without options: the built-in demo. It trains %s at %s of its no-swap peak with the "
+                "ferry planner, after the same run without a plan for comparison (`ferry train --help` for options)\n\n",
+                describe(s.graph).c_str(), o.budget.c_str());
+  if (o.compare) {
+    if (!o.json) std::printf("Training without a plan first (for --compare), %lld iterations\n", static_cast<long long>(o.iters));
+    Result<Baseline> b = run_baseline(o, s, show_progress);
+    if (!b.ok()) return report(b.status().with_context("the run without a plan (--compare)"));
+    s.baseline = std::move(*b);
+  }
   ExecutorOptions eo;
   eo.budget_bytes = s.budget_bytes;
   eo.seed = o.seed;
@@ -314,7 +387,6 @@ int run_train(const TrainCliOptions& o) {
   if (Status st = e.initialize(); !st.ok()) return report(st);
 
   if (!o.json) print_train_header(o, s, e);
-  const bool show_progress = !o.no_progress && !o.json && isatty(STDERR_FILENO);
   Result<TrainResult> iterations = run_iterations(e, *s.data, o.iters, show_progress);
   if (!iterations.ok()) return report(iterations.status());
   Result<TrainResult> r = summarize(std::move(*iterations), e);
@@ -324,6 +396,9 @@ int run_train(const TrainCliOptions& o) {
   } else {
     print_train_summary(o, s, e, *r);
   }
+  if (s.baseline && !same_losses(*s.baseline, *r))
+    return report(Status::Internal("the planned run's losses differ from the run without a plan: a memory-management "
+                                   "defect, please report it"));
   return 0;
 }
 
@@ -347,8 +422,11 @@ void register_train(CLI::App& app, std::function<int()>& action) {
                   fmt::format("Compute threads (default and at most: the {} cores this process may use)", max_compute_threads()));
   cmd->add_option("--data", o->data, "Training data: synthetic (learnable, built in) or cifar10:DIR (binary batches)")
       ->capture_default_str();
-  add_policy_options(cmd, o->policy, o->policy_options, "Memory plan policy (needs --budget):");
-  cmd->add_option("--tier", o->tier, "Where swapped tensors go: host (a pre-faulted pool) or ssd (direct-I/O files)")
+  add_policy_options(cmd, o->policy, o->policy_options,
+                     "Memory plan policy (needs a --budget; default with one: ferry, without: none):");
+  cmd->add_option("--tier", o->tier,
+                  "Where swapped tensors go: host (a pre-faulted pool), ssd (direct-I/O files), or none (recomputation "
+                  "only)")
       ->capture_default_str();
   cmd->add_option("--ssd-dir", o->ssd_dir, "Directory for the SSD tier's temporary files")->capture_default_str();
   cmd->add_option("--device", o->device, "Hardware profile whose op and transfer times the policy plans with")
@@ -363,9 +441,17 @@ void register_train(CLI::App& app, std::function<int()>& action) {
                 "bytes between its write and its reads; a violation is an error naming the op and the tensor. Slow "
                 "(O(arena) per op): for small models and few iterations");
   add_backend_options(cmd, o->conv_algo);
+  cmd->add_flag("--compare", o->compare,
+                "Also train the same model without a budget or a plan first, in this process, and report the measured "
+                "slowdown, both peaks and whether the losses are bitwise identical (they must be; exit 1 if not). "
+                "`ferry train` with no options at all runs the built-in demo: --budget 33% --compare");
   cmd->add_flag("--json", o->json, "Print the results as JSON (for scripts)");
   cmd->add_flag("--no-progress", o->no_progress, "No progress bar");
-  cmd->callback([o, &action] { action = [o] { return run_train(*o); }; });
+  cmd->callback([o, cmd, &action] {
+    const auto options = cmd->get_options();
+    o->demo = std::all_of(options.begin(), options.end(), [](const CLI::Option* opt) { return opt->count() == 0; });
+    action = [o] { return run_train(*o); };
+  });
 }
 
 }  // namespace ferry::cli

@@ -432,7 +432,26 @@ Result<uint64_t> lowest_fit_below(const PlanContext& ctx, const PlanFacts& facts
   return lowest;
 }
 
+// --tier none: a policy's swaps become recomputations where the tensor can be recomputed (the
+// completion recomputes on demand what was released without a copy); a tensor that cannot be is
+// kept instead. The same intent, restricted to recomputation.
+Schedule recompute_only(const PlanFacts& facts, Schedule intent) {
+  for (auto* lists : {&intent.before, &intent.after})
+    for (std::vector<Action>& list : *lists) {
+      std::vector<Action> kept;
+      for (const Action& a : list) {
+        if (a.kind == ActionKind::kSwapOut || a.kind == ActionKind::kSwapIn) continue;
+        if (a.kind == ActionKind::kRelease && !facts.recomputable(a.tensor)) continue;
+        kept.push_back(a);
+      }
+      list = std::move(kept);
+    }
+  intent.offloaded.clear();
+  return intent;
+}
+
 Result<PlanAttempt> finish_attempt(const PlanContext& ctx, const PlanFacts& facts, Schedule intent) {
+  if (ctx.recompute_only) intent = recompute_only(facts, std::move(intent));
   PlanAttempt a;
   FERRY_ASSIGN_OR_RETURN(a.schedule, complete_schedule(facts, std::move(intent)));
   FERRY_ASSIGN_OR_RETURN(a.measure, measure_schedule(facts, a.schedule));

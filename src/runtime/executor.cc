@@ -154,14 +154,17 @@ Status Executor::setup_arena() {
 }
 
 Status Executor::make_tiers() {
-  // Capacity of a tier: the bytes of every distinct tensor the program swaps to it.
+  // Capacity of a tier: the bytes of every distinct tensor the program swaps to it, each in a slot
+  // of its own (SwapTier::fix_slots), so no order of copies can fragment it.
   uint64_t need[2] = {0, 0};
+  std::vector<std::pair<TensorId, uint64_t>> slots[2];
   std::vector<uint8_t> seen(graph_.tensors.size(), 0);
   auto count = [&](TensorId t, Tier tier, uint64_t bytes) {
     const uint8_t bit = tier == Tier::kHost ? 1 : 2;
     if (seen[t] & bit) return;
     seen[t] |= bit;
     need[tier == Tier::kHost ? 0 : 1] += align_up(bytes, 4096);
+    slots[tier == Tier::kHost ? 0 : 1].emplace_back(t, bytes);
   };
   for (const Offload& o : program_.offloaded) count(o.tensor, o.tier, compiled_->tensor_bytes(o.tensor));
   for (const Instruction& in : program_.instructions)
@@ -172,6 +175,7 @@ Status Executor::make_tiers() {
     ho.capacity_bytes = options_.host_tier_bytes ? options_.host_tier_bytes : need[0];
     ho.checksum = options_.checksum;
     FERRY_ASSIGN_OR_RETURN(std::unique_ptr<HostTier> host, HostTier::create(ho));
+    FERRY_RETURN_IF_ERROR(host->fix_slots(slots[0]));
     host_tier_ = std::move(host);
   }
   if (need[1] > 0) {
@@ -181,6 +185,7 @@ Status Executor::make_tiers() {
     so.checksum = options_.checksum;
     so.fault = options_.ssd_fault;
     FERRY_ASSIGN_OR_RETURN(std::unique_ptr<SsdTier> ssd, SsdTier::create(so));
+    FERRY_RETURN_IF_ERROR(ssd->fix_slots(slots[1]));
     ssd_tier_ = std::move(ssd);
   }
   FERRY_ASSIGN_OR_RETURN(engine_, TransferEngine::create(backend_));

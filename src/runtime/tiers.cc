@@ -1,7 +1,9 @@
 // SwapTier's shared accounting and the host tier. See tiers.h for the design.
 #include "runtime/tiers.h"
 
+#include <algorithm>
 #include <cstring>
+#include <tuple>
 #include <utility>
 
 #include <fmt/format.h>
@@ -57,14 +59,44 @@ Result<SwapSlot> SwapTier::reserve(TensorId tensor, uint64_t bytes) {
         "{} tier: tensor {} already has a slot ({} at offset {}); a tensor has at most one copy per tier",
         name_, tensor, bytes_text(it->second.slot.bytes), it->second.slot.offset));
   }
-  AllocResult<uint64_t> offset = allocator_.allocate(bytes);
-  if (!offset.ok()) {
-    ++counters_.num_failed_reservations;
-    return offset.status().with_context(fmt::format("{} tier: no room for tensor {}", name_, tensor));
+  uint64_t at = 0, rounded = 0;
+  if (auto f = fixed_.find(tensor); f != fixed_.end() && bytes <= f->second.second) {
+    std::tie(at, rounded) = f->second;
+  } else {
+    AllocResult<uint64_t> offset = allocator_.allocate(bytes);
+    if (!offset.ok()) {
+      ++counters_.num_failed_reservations;
+      return offset.status().with_context(fmt::format("{} tier: no room for tensor {}", name_, tensor));
+    }
+    at = *offset;
+    rounded = allocator_.rounded_size(bytes);
   }
-  SwapSlot slot{.tensor = tensor, .bytes = bytes, .offset = *offset, .generation = next_generation_++};
+  in_use_bytes_ += rounded;
+  peak_in_use_bytes_ = std::max(peak_in_use_bytes_, in_use_bytes_);
+  SwapSlot slot{.tensor = tensor, .bytes = bytes, .offset = at, .generation = next_generation_++};
   slots_.emplace(tensor, SlotState{.slot = slot});
   return slot;
+}
+
+Status SwapTier::fix_slots(const std::vector<std::pair<TensorId, uint64_t>>& tensors) {
+  std::lock_guard lock(mu_);
+  FERRY_CHECK(slots_.empty() && fixed_.empty(), "{} tier: fix_slots after reservations", name_);
+  uint64_t total = 0;
+  std::unordered_map<TensorId, std::pair<uint64_t, uint64_t>> fixed;
+  for (const auto& [tensor, bytes] : tensors) {
+    if (bytes == 0 || fixed.contains(tensor)) continue;
+    const uint64_t rounded = allocator_.rounded_size(bytes);
+    fixed.emplace(tensor, std::make_pair(total, rounded));
+    total += rounded;
+  }
+  if (total == 0) return Status::Ok();
+  AllocResult<uint64_t> region = allocator_.allocate(total);
+  if (!region.ok())
+    return region.status().with_context(fmt::format("{} tier: no room for the fixed slots of {} tensors", name_,
+                                                    fixed.size()));
+  FERRY_CHECK(*region == 0, "{} tier: fixed slots must start at offset 0", name_);
+  fixed_ = std::move(fixed);
+  return Status::Ok();
 }
 
 std::optional<SwapSlot> SwapTier::find(TensorId tensor) const {
@@ -91,7 +123,12 @@ void SwapTier::release(const SwapSlot& slot) {
               slot.generation);
   FERRY_CHECK(state->active == 0, "{} tier: release of tensor {}'s slot while {} transfer(s) of it run", name_,
               slot.tensor, state->active);
-  allocator_.free(slot.offset);
+  if (auto f = fixed_.find(slot.tensor); f != fixed_.end() && f->second.first == slot.offset) {
+    in_use_bytes_ -= f->second.second;
+  } else {
+    in_use_bytes_ -= allocator_.rounded_size(slot.bytes);
+    allocator_.free(slot.offset);
+  }
   slots_.erase(slot.tensor);
 }
 
@@ -193,8 +230,8 @@ TierStats SwapTier::stats() const {
   TierStats s = counters_;
   AllocatorStats a = allocator_.stats();
   s.capacity_bytes = a.capacity_bytes;
-  s.in_use_bytes = a.in_use_bytes;
-  s.peak_in_use_bytes = a.peak_in_use_bytes;
+  s.in_use_bytes = in_use_bytes_;
+  s.peak_in_use_bytes = peak_in_use_bytes_;
   s.live_slots = slots_.size();
   return s;
 }
@@ -202,6 +239,7 @@ TierStats SwapTier::stats() const {
 void SwapTier::reset_peaks() {
   std::lock_guard lock(mu_);
   allocator_.reset_peaks();
+  peak_in_use_bytes_ = in_use_bytes_;
 }
 
 // ---------------------------------------------------------------------------------------------

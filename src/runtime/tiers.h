@@ -40,6 +40,8 @@
 #include <span>
 #include <string>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "backend/backend.h"
 #include "backend/device_ptr.h"
@@ -127,6 +129,11 @@ class SwapTier {
   // and the numbers (requested, capacity, in use, largest free); kInvalidArgument when the tensor
   // already has a slot here.
   Result<SwapSlot> reserve(TensorId tensor, uint64_t bytes);
+  // Gives each of `tensors` (tensor, bytes) a slot of its own at a fixed offset, laid end to end
+  // from offset 0: their reservations then always land there and never fail for fragmentation
+  // (a best-fit allocator can fail with enough free bytes when copies come and go in a different
+  // order each iteration). Other tensors are placed after them. Call once, before any reservation.
+  Status fix_slots(const std::vector<std::pair<TensorId, uint64_t>>& tensors);
   // The tensor's slot, or nullopt when it has none in this tier.
   std::optional<SwapSlot> find(TensorId tensor) const;
   // Drops the slot and its copy. FERRY_CHECKs that the slot is live (not stale) and idle.
@@ -182,8 +189,11 @@ class SwapTier {
   mutable std::mutex mu_;
   OffsetAllocator allocator_;
   std::unordered_map<TensorId, SlotState> slots_;
+  // fix_slots: tensor -> (offset, rounded bytes), carved from the allocator as one block.
+  std::unordered_map<TensorId, std::pair<uint64_t, uint64_t>> fixed_;
+  uint64_t in_use_bytes_ = 0, peak_in_use_bytes_ = 0;  // live slots after rounding
   uint64_t next_generation_ = 1;
-  TierStats counters_;  // the transfer and failure counters; the space ones come from allocator_
+  TierStats counters_;  // the transfer and failure counters
 };
 
 struct HostTierOptions {

@@ -161,12 +161,20 @@ TEST(Cli, TrainWithTooSmallBudgetFailsUpFrontWithTheNeededBytes) {
   Output ok = ferry("train --model resnet-mini --batch 2 --iters 1 --json");
   ASSERT_EQ(ok.code, 0);
   const uint64_t needed = nlohmann::json::parse(ok.out)["predicted_peak_bytes"].get<uint64_t>();
-  Output o = ferry("train --model resnet-mini --batch 2 --iters 1 --budget " + std::to_string(needed - 1));
+  Output o = ferry("train --model resnet-mini --batch 2 --iters 1 --policy none --budget " + std::to_string(needed - 1));
   EXPECT_EQ(o.code, 1) << o.out;
   EXPECT_TRUE(has(o.out, std::to_string(needed) + " bytes")) << o.out;
   EXPECT_FALSE(has(o.out, "loss")) << "no iteration may run: " << o.out;
-  Output exact = ferry("train --model resnet-mini --batch 2 --iters 1 --json --budget " + std::to_string(needed));
+  Output exact = ferry("train --model resnet-mini --batch 2 --iters 1 --json --policy none --budget " +
+                       std::to_string(needed));
   EXPECT_EQ(exact.code, 0) << exact.out;
+  // Without --policy, a budget is planned with ferry: the same budget trains, within it.
+  Output planned = ferry("train --model resnet-mini --batch 2 --iters 1 --json --budget " + std::to_string(needed - 1));
+  ASSERT_EQ(planned.code, 0) << planned.out;
+  const nlohmann::json j = nlohmann::json::parse(planned.out);
+  EXPECT_EQ(j["policy"], "ferry");
+  EXPECT_LE(j["measured_peak_bytes"].get<uint64_t>(), needed - 1);
+  EXPECT_LE(j["measured_extent_bytes"].get<uint64_t>(), needed - 1);
 }
 
 TEST(Cli, TrainIsBitwiseDeterministicForASeed) {
@@ -379,7 +387,7 @@ TEST(Cli, TrainBudgetAsAPercentageOfTheNoSwapPeak) {
   EXPECT_EQ(p["budget_request"], "80%");
   EXPECT_LE(p["measured_peak_bytes"].get<uint64_t>(), p["budget_bytes"].get<uint64_t>());
   EXPECT_LE(p["measured_extent_bytes"].get<uint64_t>(), p["budget_bytes"].get<uint64_t>());
-  expect_failure(kSmallTrain + " --budget 50%", 1, "too small");
+  expect_failure(kSmallTrain + " --policy none --budget 50%", 1, "too small");
   expect_failure(kSmallTrain + " --budget 0%", 2, "budget");
   expect_failure(kSmallTrain + " --budget 1e19", 1, "10000000000000000000 bytes");
 }
@@ -588,3 +596,65 @@ TEST(Cli, PlanBudgetPercentCapacityAndOptionsWithoutEffect) {
 }
 
 }  // namespace
+
+// --tier none: every policy restricted to recomputation; the run trains bitwise like an unlimited
+// one, moves no byte and stays within the budget.
+TEST(Cli, TierNoneRecomputesOnly) {
+  Output plan = ferry("plan --model resnet-mini --batch 4 --budget 92% --tier none --json");
+  ASSERT_EQ(plan.code, 0) << plan.out;
+  const auto p = nlohmann::json::parse(plan.out);
+  EXPECT_EQ(p["policy"], "ferry");
+  EXPECT_TRUE(p["feasible"].get<bool>());
+  EXPECT_EQ(p["swap_outs"], 0);
+  EXPECT_EQ(p["swap_ins"], 0);
+  EXPECT_GT(p["recomputes"].get<int>(), 0);
+  for (const char* policy : {"checkpoint-sqrt", "lru"}) {
+    Output other = ferry(std::string("plan --model resnet-mini --batch 4 --budget 95% --tier none --json --policy ") + policy);
+    ASSERT_EQ(other.code, 0) << other.out;
+    const auto q = nlohmann::json::parse(other.out);
+    EXPECT_EQ(q["bytes_d2h"], 0) << policy;
+    EXPECT_EQ(q["bytes_ssd_write"], 0) << policy;
+  }
+  const std::string train = "train --model resnet-mini --batch 4 --iters 2 --seed 5 --no-progress --json";
+  Output ref = ferry(train);
+  ASSERT_EQ(ref.code, 0) << ref.out;
+  Output o = ferry(train + " --budget 92% --tier none");
+  ASSERT_EQ(o.code, 0) << o.out;
+  const auto r = nlohmann::json::parse(ref.out), j = nlohmann::json::parse(o.out);
+  EXPECT_EQ(losses_of(j), losses_of(r));
+  EXPECT_EQ(j["bytes_swapped_out"], 0);
+  EXPECT_EQ(j["host_tier_peak_bytes"], 0);
+  EXPECT_LE(j["measured_peak_bytes"].get<uint64_t>(), j["budget_bytes"].get<uint64_t>());
+  expect_failure("plan --model resnet-mini --batch 4 --budget 50% --tier tape", 2, "use host, ssd, or none");
+}
+
+// Without --policy: none without a budget, ferry with one, and ferry for the device's capacity
+// when the model does not fit the device as it is.
+TEST(Cli, FerryIsTheDefaultPolicyWhereMemoryIsShort) {
+  const auto policy_of = [](const std::string& args) {
+    Output o = ferry(args + " --json");
+    EXPECT_EQ(o.code, 0) << o.out;
+    return o.code == 0 ? nlohmann::json::parse(o.out)["policy"].get<std::string>() : std::string();
+  };
+  EXPECT_EQ(policy_of("plan --model resnet-mini --batch 4"), "none");
+  EXPECT_EQ(policy_of("plan --model resnet-mini --batch 4 --budget 80%"), "ferry");
+  // ResNet-50 at batch 256 needs far more than a V100's 16 GB.
+  Output big = ferry("plan --model resnet50 --batch 256 --device v100-16gb-pcie3 --json");
+  ASSERT_EQ(big.code, 0) << big.out;
+  const auto b = nlohmann::json::parse(big.out);
+  EXPECT_EQ(b["policy"], "ferry");
+  EXPECT_TRUE(b["feasible"].get<bool>());
+  Output keep = ferry("plan --model resnet50 --batch 256 --device v100-16gb-pcie3 --json --policy none");
+  ASSERT_EQ(keep.code, 1) << keep.out;  // an infeasible plan
+  EXPECT_FALSE(nlohmann::json::parse(keep.out)["feasible"].get<bool>()) << "the model must not fit as it is";
+}
+
+// --depth builds a pre-activation ResNet of any depth 9n+2; other depths and other models refuse it.
+TEST(Cli, DepthBuildsPreactResnetsOfAnyDepth) {
+  Output o = ferry("analyze --model preact-resnet --depth 56 --batch 2 --json");
+  ASSERT_EQ(o.code, 0) << o.out;
+  EXPECT_EQ(nlohmann::json::parse(o.out)["model"], "preact-resnet56");
+  expect_failure("analyze --model preact-resnet --depth 57", 2, "9n+2");
+  expect_failure("analyze --model preact-resnet --depth 1000000000", 2, "depth must be between");
+  expect_failure("analyze --model resnet50 --depth 56", 2, "fixed depth");
+}

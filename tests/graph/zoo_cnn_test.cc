@@ -408,7 +408,7 @@ TEST(ZooCnn, EveryCnnIsAValidTrainingGraphWithUniqueOpNames) {
     const Graph& g = default_graph(e.name);
     EXPECT_TRUE(g.validate().ok());
     EXPECT_NE(g.loss, kNoTensor);
-    EXPECT_EQ(g.info.model, e.name);
+    EXPECT_EQ(g.info.model, e.default_depth > 0 ? e.name + std::to_string(e.default_depth) : e.name);
     EXPECT_EQ(g.info.num_classes, e.default_classes);
     std::set<std::string> names;
     for (const Op& op : g.ops) {

@@ -217,3 +217,56 @@ TEST(HostTierTest, ZeroCapacityIsRejected) {
 
 }  // namespace
 }  // namespace ferry
+
+namespace ferry {
+namespace {
+
+// The executor sizes a tier to hold every tensor it sends there at once. Best fit alone can then
+// fail with enough free bytes (a copy freed and re-made while others came and went in its hole);
+// fixed slots cannot, in any order of reservations and releases.
+TEST(SwapTierFixedSlots, NoOrderOfCopiesFragmentsATierSizedForAllOfThem) {
+  const std::vector<uint64_t> sizes = {36864, 32768, 4096, 8192, 65536, 4096, 12288};
+  uint64_t capacity = 0;
+  std::vector<std::pair<TensorId, uint64_t>> slots;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    slots.emplace_back(static_cast<TensorId>(i), sizes[i]);
+    capacity += sizes[i];
+  }
+  // Without fixed slots, this order fails: 0 is freed, 1 lands in its hole, 0 comes back.
+  auto run = [&](bool fixed) -> Status {
+    Result<std::unique_ptr<HostTier>> tier = HostTier::create({.capacity_bytes = capacity});
+    if (!tier.ok()) return tier.status();
+    HostTier& t = **tier;
+    if (fixed) FERRY_RETURN_IF_ERROR(t.fix_slots(slots));
+    std::mt19937 rng(7);
+    std::vector<std::optional<SwapSlot>> live(sizes.size());
+    for (TensorId id : {0, 2, 3, 4, 5, 6}) {
+      FERRY_ASSIGN_OR_RETURN(SwapSlot s, t.reserve(id, sizes[id]));
+      live[id] = s;
+    }
+    t.release(*live[0]);
+    live[0].reset();
+    FERRY_ASSIGN_OR_RETURN(SwapSlot one, t.reserve(1, sizes[1]));
+    live[1] = one;
+    FERRY_ASSIGN_OR_RETURN(SwapSlot zero, t.reserve(0, sizes[0]));
+    live[0] = zero;
+    // Then random churn: everything always fits.
+    for (int round = 0; round < 2000; ++round) {
+      const TensorId id = static_cast<TensorId>(rng() % sizes.size());
+      if (live[id]) {
+        t.release(*live[id]);
+        live[id].reset();
+      } else {
+        FERRY_ASSIGN_OR_RETURN(SwapSlot s, t.reserve(id, sizes[id]));
+        live[id] = s;
+      }
+      EXPECT_LE(t.stats().in_use_bytes, capacity);
+    }
+    return Status::Ok();
+  };
+  EXPECT_EQ(run(false).code(), StatusCode::kOutOfMemory) << "the scenario must fragment best fit";
+  EXPECT_TRUE(run(true).ok()) << run(true).message();
+}
+
+}  // namespace
+}  // namespace ferry

@@ -14,6 +14,7 @@ template <int kDepth>
 Result<Graph> resnet(const ModelConfig& c) { return build_resnet(kDepth, c); }
 template <int kDepth>
 Result<Graph> preact(const ModelConfig& c) { return build_preact_resnet(kDepth, c); }
+Result<Graph> preact_any_depth(const ModelConfig& c) { return build_preact_resnet(c.depth, c); }
 template <int kDepth>
 Result<Graph> densenet(const ModelConfig& c) { return build_densenet(kDepth, c); }
 
@@ -53,6 +54,8 @@ std::vector<ModelEntry> make_zoo() {
       {"preact-resnet164", F::kCnn, "pre-activation ResNet-164 (CIFAR, bottlenecks)", 32, 10, 0, 0, "", preact<164>},
       {"preact-resnet1001", F::kCnn, "pre-activation ResNet-1001 (CIFAR, bottlenecks)", 32, 10, 0, 0, "",
        preact<1001>},
+      {"preact-resnet", F::kCnn, "pre-activation ResNet of any depth 9n+2 (--depth; default 164), CIFAR", 32, 10, 0,
+       0, "", preact_any_depth, 164},
       {"densenet121", F::kCnn, "DenseNet-121 (ImageNet, k=32)", 224, 1000, 7978856, 2.83, kTv, densenet<121>},
       {"densenet169", F::kCnn, "DenseNet-169 (ImageNet, k=32)", 224, 1000, 14149480, 3.36, kTv, densenet<169>},
       {"densenet201", F::kCnn, "DenseNet-201 (ImageNet, k=32)", 224, 1000, 20013928, 4.29, kTv, densenet<201>},
@@ -118,12 +121,20 @@ Result<Graph> build_model(std::string_view name, const ModelConfig& config) {
     if (c.seq < 0 || c.seq > kMaxDim)
       return Status::InvalidArgument(fmt::format("sequence length must be positive, got {}", c.seq));
   }
+  if (c.depth != 0 && entry->default_depth == 0)
+    return Status::InvalidArgument(fmt::format(
+        "{} has a fixed depth: --depth is for models built at any depth (preact-resnet)", name));
+  if (c.depth == 0) c.depth = entry->default_depth;
+  // 100,001 layers build ~1.07 million ops (about 1 GiB of graph): far past any published depth.
+  constexpr int32_t kMaxDepth = 100001;
+  if (c.depth < 0 || c.depth > kMaxDepth)
+    return Status::InvalidArgument(fmt::format("depth must be between 1 and {}, got {}", kMaxDepth, c.depth));
   if (c.num_classes == 0) c.num_classes = entry->default_classes;
   if (c.num_classes < 0)
     return Status::InvalidArgument(fmt::format("number of classes must be positive, got {}", c.num_classes));
   Result<Graph> g = entry->build(c);
   if (!g.ok()) return g.status().with_context(std::string(name));
-  g->info.model = entry->name;
+  g->info.model = entry->default_depth != 0 ? fmt::format("{}{}", entry->name, c.depth) : entry->name;
   g->info.batch = c.batch;
   g->info.image = entry->family == ModelFamily::kCnn ? c.image : 0;
   g->info.seq = entry->family == ModelFamily::kTransformer ? c.seq : 0;

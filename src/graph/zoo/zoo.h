@@ -20,6 +20,7 @@ struct ModelConfig {
   int64_t image = 0;        // input side for CNNs; 0 = the model's default
   int64_t seq = 0;          // sequence length for transformers; 0 = the model's default
   int64_t num_classes = 0;  // 0 = the model's default (1000 ImageNet, 10 CIFAR, vocab for LMs)
+  int32_t depth = 0;        // layers, for models of any depth (preact-resnet); 0 = the model's default
   TrainOptions train;
   Precision precision = Precision::kFp32;  // tensor dtypes (Note [Mixed precision] in graph.h)
 };
@@ -36,6 +37,7 @@ struct ModelEntry {
   double reference_gmacs;         // published forward GMACs at the default size, batch 1 (0 = none)
   std::string reference;          // where the reference numbers come from
   Result<Graph> (*build)(const ModelConfig& config);
+  int32_t default_depth = 0;      // models built at any depth (ModelConfig::depth); 0: a fixed depth
 };
 
 // All zoo models, in display order.

@@ -688,7 +688,8 @@ class Planner {
             refresh_copies();
           };
           for (const Option& alt : alternatives(id)) {
-            if (evaluations++ >= max_evaluations) break;
+            if (evaluations >= max_evaluations) break;
+            ++evaluations;
             gaps_[static_cast<size_t>(id)].decided = alt;
             if (gaps_[static_cast<size_t>(id)].cyclic && alt.move != Move::kSwap)
               for (int other : ts_[idx(t)].gaps) gaps_[static_cast<size_t>(other)].decided = Option{};
