@@ -14,6 +14,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -23,6 +25,8 @@
 #include "plan/ferry/ferry_planner.h"
 #include "plan/policies.h"
 #include "plan/policy_common.h"
+#include "schedule/program.h"
+#include "sim/simulator.h"
 
 namespace ferry {
 
@@ -39,14 +43,53 @@ Result<PlanAttempt> plan_vdnn_all(const PlanContext& ctx, const PlanFacts& facts
 Result<PlanAttempt> plan_vdnn_conv(const PlanContext& ctx, const PlanFacts& facts) {
   return plan_vdnn(ctx, facts, true);
 }
+Result<PlanAttempt> plan_checkmate_in_portfolio(const PlanContext& ctx, const PlanFacts& facts);
+
+// ferry: its own greedy plans (plan_ferry), then a portfolio: the seed policies' plans at the same
+// budget, and the fastest fitting plan by the simulator wins (ties: ferry's own). This makes
+// "ferry is feasible wherever a seed policy is, and at least as fast" hold by construction; the
+// notes say which plan won. checkmate joins on graphs it accepts, with a node limit (deterministic).
 Result<PlanAttempt> plan_ferry_default(const PlanContext& ctx, const PlanFacts& facts) {
-  return plan_ferry(ctx, facts);
+  FERRY_ASSIGN_OR_RETURN(PlanAttempt best, plan_ferry(ctx, facts));
+  if (ctx.budget_bytes == 0) return best;
+  auto simulated_us = [&](const Schedule& s) -> Result<double> {
+    FERRY_ASSIGN_OR_RETURN(Program program, lower_schedule(facts.g(), s, facts.program_options));
+    FERRY_ASSIGN_OR_RETURN(SimResult sim, simulate_for_planning(ctx, facts, program));
+    return sim.iteration_us;
+  };
+  double best_us = std::numeric_limits<double>::infinity();
+  if (best.fits) {
+    FERRY_ASSIGN_OR_RETURN(best_us, simulated_us(best.schedule));
+  }
+  const std::pair<const char*, Planner> seeds[] = {
+      {"vdnn-all", plan_vdnn_all}, {"vdnn-conv", plan_vdnn_conv},       {"lru", plan_lru},
+      {"lms", plan_lms},           {"capuchin", plan_capuchin},         {"checkpoint-sqrt", plan_checkpoint_sqrt},
+      {"checkmate", plan_checkmate_in_portfolio}};
+  for (const auto& [name, plan] : seeds) {
+    Result<PlanAttempt> a = plan(ctx, facts);
+    if (!a.ok() || !a->fits) continue;  // a seed that cannot plan this graph (checkmate's limits) is skipped
+    FERRY_ASSIGN_OR_RETURN(double us, simulated_us(a->schedule));
+    if (best.fits && us >= best_us) continue;
+    best = std::move(*a);
+    best_us = us;
+    best.schedule.policy = "ferry";
+    best.notes = fmt::format("the plan of seed policy {} was faster than ferry's own ({})", name,
+                             best.notes.empty() ? "no notes" : best.notes);
+  }
+  return best;
 }
 Result<PlanAttempt> plan_ferry_exact(const PlanContext& ctx, const PlanFacts& facts) {
   ExactOptions o;
   o.time_limit_s = ctx.options.checkmate_time_limit_s;
   o.max_nodes = ctx.options.checkmate_max_nodes;
   return plan_exact(ctx, facts, o);
+}
+
+Result<PlanAttempt> plan_checkmate_in_portfolio(const PlanContext& ctx, const PlanFacts& facts) {
+  if (facts.g().ops.size() > ctx.options.checkmate_max_ops) return Status::Unsupported("checkmate: graph too large");
+  PlanContext c = ctx;
+  if (c.options.checkmate_max_nodes == 0) c.options.checkmate_max_nodes = 5;
+  return plan_checkmate(c, facts);
 }
 
 using MinBudget = Result<uint64_t> (*)(const PlanContext&, const PlanFacts&);
@@ -153,8 +196,10 @@ Result<uint64_t> min_budget(const Entry& e, const PlanContext& ctx, const PlanFa
     FERRY_ASSIGN_OR_RETURN(PlanAttempt a, attempt_at(e, ctx, facts, budget));
     return a.fits;
   };
-  FERRY_ASSIGN_OR_RETURN(uint64_t found, bisect_min_budget(ctx, facts, fits));
-  return lowest_fit_below(ctx, facts, fits, found);
+  // ferry may offload weights and optimizer state: the persistent region is no floor for it.
+  const bool offloads = e.info.name == "ferry" && !ctx.recompute_only;
+  FERRY_ASSIGN_OR_RETURN(uint64_t found, bisect_min_budget(ctx, facts, fits, offloads));
+  return lowest_fit_below(ctx, facts, fits, found, offloads);
 }
 
 }  // namespace

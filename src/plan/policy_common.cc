@@ -381,16 +381,17 @@ Schedule empty_schedule(const PlanContext& ctx, std::string_view policy) {
   return s;
 }
 
-uint64_t min_budget_lower_bound(const PlanContext& ctx, const PlanFacts& facts) {
-  // No plan beats the persistent region plus what one op reads at once.
+uint64_t min_budget_lower_bound(const PlanContext& ctx, const PlanFacts& facts, bool persistent_may_leave) {
+  // No plan beats the persistent region plus what one op reads at once (or, when persistent
+  // tensors may leave, what one op needs at once).
   uint64_t step_inputs = 0;
   for (const Op& op : ctx.graph.ops) {
     uint64_t sum = 0;
     for (TensorId t : facts.analysis.step_inputs[static_cast<size_t>(op.id)])
-      if (!ctx.graph.tensor(t).persistent()) sum += facts.aligned_bytes(t);
+      if (persistent_may_leave || !ctx.graph.tensor(t).persistent()) sum += facts.aligned_bytes(t);
     step_inputs = std::max(step_inputs, sum);
   }
-  return facts.analysis.persistent_region_bytes + step_inputs;
+  return (persistent_may_leave ? 0 : facts.analysis.persistent_region_bytes) + step_inputs;
 }
 
 uint64_t min_budget_scan_step(const PlanContext& ctx, const PlanFacts& facts) {
@@ -398,8 +399,8 @@ uint64_t min_budget_scan_step(const PlanContext& ctx, const PlanFacts& facts) {
 }
 
 Result<uint64_t> bisect_min_budget(const PlanContext& ctx, const PlanFacts& facts,
-                                   const std::function<Result<bool>(uint64_t)>& fits) {
-  uint64_t lo = min_budget_lower_bound(ctx, facts);  // infeasible, or unknown
+                                   const std::function<Result<bool>(uint64_t)>& fits, bool persistent_may_leave) {
+  uint64_t lo = min_budget_lower_bound(ctx, facts, persistent_may_leave);  // infeasible, or unknown
   uint64_t hi = facts.none_device_bytes;             // feasible once checked
   for (int grow = 0;; ++grow) {
     FERRY_ASSIGN_OR_RETURN(bool ok, fits(hi));
@@ -420,9 +421,10 @@ Result<uint64_t> bisect_min_budget(const PlanContext& ctx, const PlanFacts& fact
 }
 
 Result<uint64_t> lowest_fit_below(const PlanContext& ctx, const PlanFacts& facts,
-                                  const std::function<Result<bool>(uint64_t)>& fits, uint64_t found) {
+                                  const std::function<Result<bool>(uint64_t)>& fits, uint64_t found,
+                                  bool persistent_may_leave) {
   const uint64_t step = min_budget_scan_step(ctx, facts);
-  const uint64_t floor = min_budget_lower_bound(ctx, facts);
+  const uint64_t floor = min_budget_lower_bound(ctx, facts, persistent_may_leave);
   uint64_t lowest = found;
   for (uint64_t budget = found; budget >= floor + step && budget >= step;) {
     budget -= step;

@@ -124,8 +124,9 @@ Result<PlanAttempt> plan_checkmate(const PlanContext& ctx, const PlanFacts& fact
 Result<uint64_t> checkmate_min_budget(const PlanContext& ctx, const PlanFacts& facts);
 
 // A budget no plan fits below: the persistent region plus the largest set of transient
-// tensors one op reads at once.
-uint64_t min_budget_lower_bound(const PlanContext& ctx, const PlanFacts& facts);
+// tensors one op reads at once; for a planner whose persistent tensors may leave the device
+// (ferry's offload), the largest set of tensors one op needs at once, persistent included.
+uint64_t min_budget_lower_bound(const PlanContext& ctx, const PlanFacts& facts, bool persistent_may_leave = false);
 // The grid lowest_fit_below() probes: 1% of the keep plan's device bytes, aligned.
 uint64_t min_budget_scan_step(const PlanContext& ctx, const PlanFacts& facts);
 
@@ -134,14 +135,16 @@ uint64_t min_budget_scan_step(const PlanContext& ctx, const PlanFacts& facts);
 // 0.5% of the latter. The answer fits; it is the smallest only if `fits` is monotone in the
 // budget (see lowest_fit_below() for planners that are not).
 Result<uint64_t> bisect_min_budget(const PlanContext& ctx, const PlanFacts& facts,
-                                   const std::function<Result<bool>(uint64_t)>& fits);
+                                   const std::function<Result<bool>(uint64_t)>& fits,
+                                   bool persistent_may_leave = false);
 
 // For a `fits` that is not monotone (a greedy planner: a smaller budget can lead it to other,
 // better choices): probes found - k * min_budget_scan_step() for k = 1, 2, ... down to
 // min_budget_lower_bound() and returns the lowest budget that fits, or `found` when none does.
 // `found` must fit. The answer B then fits and no B - k * step (k >= 1) does.
 Result<uint64_t> lowest_fit_below(const PlanContext& ctx, const PlanFacts& facts,
-                                  const std::function<Result<bool>(uint64_t)>& fits, uint64_t found);
+                                  const std::function<Result<bool>(uint64_t)>& fits, uint64_t found,
+                                  bool persistent_may_leave = false);
 
 // Appends `a` to the before / after list of `step`.
 inline void add_before(Schedule& s, OpId step, Action a) { s.before[static_cast<size_t>(step)].push_back(a); }

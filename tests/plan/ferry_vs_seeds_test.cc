@@ -1,0 +1,121 @@
+// The Ferry planner against the seed policies on the zoo's small models: wherever a seed policy's
+// plan fits, ferry's fits too and is simulated at least as fast (ties allowed); and ferry's
+// feasibility is monotone in the budget above its --find-min-budget answer.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "graph/zoo/zoo.h"
+#include "plan/policies.h"
+#include "plan/policy_test_util.h"
+#include "sim/simulator.h"
+
+namespace ferry {
+namespace {
+
+using policy_test::round_cost;
+
+double simulated_us(const PlanContext& ctx, const Schedule& s) {
+  SimOptions so;
+  so.record_timeline = false;
+  so.timing_only = true;
+  so.op_scratch_bytes = ctx.op_scratch_bytes;
+  Result<SimResult> r = simulate(ctx.graph, s, ctx.cost, so);
+  EXPECT_TRUE(r.ok()) << r.status().message();
+  return r.ok() ? r->iteration_us : 0;
+}
+
+PlanContext small_context(const Graph& g, const CostModel& cost) {
+  PlanContext ctx{.graph = g, .cost = cost};
+  ctx.options.checkmate_max_nodes = 5;  // deterministic on any machine
+  ctx.options.checkmate_time_limit_s = 600;
+  for (const Op& op : g.ops)
+    ctx.op_scratch_bytes.push_back(op_class_of(op.type) == OpClass::kConv || op_class_of(op.type) == OpClass::kMatMul
+                                       ? 8192 + 64 * static_cast<uint64_t>(op.id % 7)
+                                       : 0);
+  return ctx;
+}
+
+class FerryVsSeeds : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(FerryVsSeeds, FitsWhereverASeedPolicyFitsAndIsAtLeastAsFast) {
+  ModelConfig config;
+  config.batch = 2;
+  Result<Graph> g = build_model(GetParam(), config);
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  const CostModel cost = round_cost();
+  PlanContext ctx = small_context(*g, cost);
+  Result<PlanReport> none = plan_policy("none", ctx);
+  ASSERT_TRUE(none.ok());
+  const uint64_t full = none->device_bytes;
+  for (Tier tier : {Tier::kHost, Tier::kSsd}) {
+    ctx.tier = tier;
+    for (double fraction : {0.8, 0.6, 0.4}) {
+      ctx.budget_bytes = static_cast<uint64_t>(fraction * static_cast<double>(full));
+      Result<PlanReport> ferry = plan_policy("ferry", ctx);
+      const double ferry_us = ferry.ok() ? simulated_us(ctx, ferry->schedule) : 0;
+      for (const PolicyInfo& p : list_policies()) {
+        if (p.name == "none" || p.name == "ferry" || p.name == "ferry-exact") continue;
+        SCOPED_TRACE(fmt::format("{} at {:.0f}% on {}: {}", GetParam(), 100 * fraction, to_string(tier), p.name));
+        Result<PlanReport> seed = plan_policy(p.name, ctx);
+        if (!seed.ok()) continue;
+        ASSERT_TRUE(ferry.ok()) << "ferry must fit where " << p.name << " does: " << ferry.status().message();
+        const double seed_us = simulated_us(ctx, seed->schedule);
+        EXPECT_LE(ferry_us, seed_us * (1 + 1e-9)) << "ferry " << ferry_us << " us, " << p.name << " " << seed_us;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(SmallModels, FerryVsSeeds,
+                         ::testing::Values("resnet-mini", "densenet-mini", "gpt2-mini"), [](const auto& info) {
+                           std::string name = info.param;
+                           for (char& c : name)
+                             if (c == '-') c = '_';
+                           return name;
+                         });
+
+class FerryMinBudget : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(FerryMinBudget, FeasibilityIsMonotoneAboveTheMinimumBudget) {
+  ModelConfig config;
+  config.batch = 2;
+  Result<Graph> g = build_model(GetParam(), config);
+  ASSERT_TRUE(g.ok()) << g.status().message();
+  const CostModel cost = round_cost();
+  PlanContext ctx = small_context(*g, cost);
+  Result<PlanReport> none = plan_policy("none", ctx);
+  ASSERT_TRUE(none.ok());
+  const uint64_t full = none->device_bytes;
+  Result<uint64_t> min = find_min_budget("ferry", ctx);
+  ASSERT_TRUE(min.ok()) << min.status().message();
+  EXPECT_LT(*min, full);
+  // Every budget from the minimum up to the full peak, in steps of 4% of it, fits.
+  for (uint64_t budget = *min; budget <= full; budget += full / 25) {
+    ctx.budget_bytes = budget;
+    Result<PlanReport> r = plan_policy("ferry", ctx);
+    EXPECT_TRUE(r.ok()) << fmt::format("{}: ferry fits at {} bytes but not at {}: {}", GetParam(), *min, budget,
+                                       r.status().message());
+  }
+  // Below it, on the 1% grid the search scans, none does (find_min_budget's contract).
+  const uint64_t step = (std::max<uint64_t>(full / 100, 1) + ctx.alignment - 1) / ctx.alignment * ctx.alignment;
+  for (uint64_t k = 1; k <= 2 && k * step < *min; ++k) {
+    ctx.budget_bytes = *min - k * step;
+    EXPECT_FALSE(plan_policy("ferry", ctx).ok()) << "fits " << k << "% below the minimum";
+  }
+}
+
+// densenet-mini takes two minutes of planning here; these two cover a CNN and a transformer.
+INSTANTIATE_TEST_SUITE_P(SmallModels, FerryMinBudget, ::testing::Values("resnet-mini", "gpt2-mini"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           for (char& c : name)
+                             if (c == '-') c = '_';
+                           return name;
+                         });
+
+}  // namespace
+}  // namespace ferry
