@@ -105,6 +105,8 @@ def main():
                 rows.append(row)
                 with open(os.path.join(a.out, "table.json"), "w") as tj:
                     json.dump(rows, tj, indent=1)
+                with open(os.path.join(a.out, "table.md"), "w") as t:  # so far
+                    t.write(render(rows, fractions, policies, a.min_budget))
     md = render(rows, fractions, policies, a.min_budget)
     with open(os.path.join(a.out, "table.md"), "w") as t:
         t.write(md)
@@ -144,7 +146,7 @@ def render(rows, fractions, policies, with_min):
             if seed_best is not None and ("ms" not in fe or fe["ms"] > seed_best * (1 + 1e-9)):
                 losses.append((row["profile"], row["model"], f))
             out.append(f"| {row['profile']} | {row['model']} | {f}% | {fmt('ferry')} | "
-                       f"{(bound / base if bound else float('nan')):.2f}x | {gap if gap is None else '%.3f' % gap} | "
+                       f"{('%.2fx' % (bound / base)) if bound else '-'} | {'-' if gap is None else '%.3f' % gap} | "
                        + " | ".join(fmt(p) for p in policies) + " |")
     out.append("")
     out.append("Unlimited iteration (predicted) and ferry's planning wall time (measured, one `ferry plan` "

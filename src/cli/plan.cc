@@ -19,6 +19,7 @@
 #include "cost/profile.h"
 #include "sim/simulator.h"
 #include "sim/timeline.h"
+#include "plan/explain.h"
 #include "plan/ferry/bound.h"
 
 namespace ferry::cli {
@@ -32,6 +33,7 @@ struct PlanOptions {
   std::string budget;
   std::string policy;  // empty: ferry with a --budget or when the model exceeds the device, else none
   bool json = false;
+  bool explain = false;
   bool logical_sizes = false;
   std::string trace_out;
   std::string plot;
@@ -319,6 +321,42 @@ void print_plan_summary(const PlanOptions& o, const PlanSetup& s, const PlanRepo
   if (!o.plot.empty()) std::printf("  memory plot written to %s\n", o.plot.c_str());
 }
 
+// --explain: every tensor the plan moves (JSON), or the ten costliest (human).
+nlohmann::json decisions_json(const Graph& g, const std::vector<TensorDecision>& ds) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const TensorDecision& d : ds)
+    out.push_back({{"tensor", g.tensor(d.tensor).name},
+                   {"role", std::string(to_string(g.tensor(d.tensor).role))},
+                   {"move", d.move},
+                   {"bytes", d.bytes},
+                   {"away_steps", d.away_steps},
+                   {"swap_outs", d.swap_outs},
+                   {"swap_ins", d.swap_ins},
+                   {"recomputes", d.recomputes},
+                   {"link_ms", d.link_us / 1e3},
+                   {"recompute_ms", d.recompute_us / 1e3},
+                   {"alternative", d.alternative}});
+  return out;
+}
+
+void print_decisions(const Graph& g, const std::vector<TensorDecision>& ds) {
+  uint64_t bytes = 0;
+  for (const TensorDecision& d : ds) bytes += d.bytes;
+  std::printf("  decisions   %zu tensors moved (%s); the ten costliest (estimated link or recompute time; link time "
+              "is hidden where it overlaps compute):\n",
+              ds.size(), format_bytes(bytes).c_str());
+  std::printf("    %-40s %-15s %-14s %10s %6s %10s  %s\n", "tensor", "role", "move", "bytes", "steps", "cost ms",
+              "rejected alternative");
+  for (size_t i = 0; i < std::min<size_t>(10, ds.size()); ++i) {
+    const TensorDecision& d = ds[i];
+    std::string name = g.tensor(d.tensor).name;
+    if (name.size() > 40) name = "..." + name.substr(name.size() - 37);
+    std::printf("    %-40s %-15s %-14s %10s %6d %10.3f  %s\n", name.c_str(),
+                std::string(to_string(g.tensor(d.tensor).role)).c_str(), d.move.c_str(), format_bytes(d.bytes).c_str(),
+                d.away_steps, d.cost_us() / 1e3, d.alternative.c_str());
+  }
+}
+
 int run_plan(const PlanOptions& given) {
   PlanOptions o = given;
   const bool policy_given = !o.policy.empty();
@@ -382,9 +420,11 @@ int run_plan(const PlanOptions& given) {
     j["lower_bound_ms"] = bound->us / 1e3;
     j["lower_bound_method"] = bound->method;
     j["gap"] = r->iteration_us / bound->us;
+    if (o.explain) j["decisions"] = decisions_json(s.graph, explain_schedule(s.graph, cost, schedule));
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     print_plan_summary(o, s, *planned, *r, *bound);
+    if (o.explain) print_decisions(s.graph, explain_schedule(s.graph, cost, schedule));
   }
   return r->feasible ? 0 : 1;
 }
@@ -420,6 +460,10 @@ void register_plan(CLI::App& app, std::function<int()>& action) {
       "Table of predicted iteration time vs budget (100% down to 10% of the no-swap peak) for the policy, or for every "
       "policy with --policy all; with --plot, an SVG of the table. Progress on stderr when it is a terminal");
   min->excludes(sweep);
+  cmd->add_flag("--explain", o->explain,
+                "For every tensor the plan moves: swap, recompute or offload, the bytes it frees and for how many steps, "
+                "its estimated link or recompute time, and the alternative it did not take (human output: the ten "
+                "costliest; --json: all, under \"decisions\")");
   cmd->add_flag("--json", o->json, "Print the prediction as JSON (feasible, iteration_ms, compute_ms, stall_ms, "
                                    "peak_bytes, bytes_d2h, bytes_h2d, ...)");
   cmd->add_flag("--logical-sizes", o->logical_sizes,

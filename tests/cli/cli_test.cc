@@ -658,3 +658,35 @@ TEST(Cli, DepthBuildsPreactResnetsOfAnyDepth) {
   expect_failure("analyze --model preact-resnet --depth 1000000000", 2, "depth must be between");
   expect_failure("analyze --model resnet50 --depth 56", 2, "fixed depth");
 }
+
+// --explain: every moved tensor with its move, bytes, cost and the rejected alternative; the human
+// output lists the costliest.
+TEST(Cli, PlanExplainSaysWhatEveryMovedTensorCostsAndTheAlternative) {
+  Output o = ferry("plan --model resnet-mini --batch 4 --budget 60% --explain --json");
+  ASSERT_EQ(o.code, 0) << o.out;
+  const auto j = nlohmann::json::parse(o.out);
+  ASSERT_TRUE(j.contains("decisions"));
+  ASSERT_FALSE(j["decisions"].empty());
+  size_t swaps = 0;
+  for (const auto& d : j["decisions"]) {
+    const std::string move = d["move"];
+    EXPECT_TRUE(move == "swap" || move == "recompute" || move == "swap+recompute" || move == "offload") << move;
+    EXPECT_GT(d["bytes"].get<uint64_t>(), 0u);
+    EXPECT_FALSE(d["alternative"].get<std::string>().empty());
+    if (move == "swap") {
+      ++swaps;
+      EXPECT_GT(d["swap_ins"].get<int>(), 0);
+      EXPECT_GT(d["link_ms"].get<double>(), 0);
+    }
+    if (move == "recompute") EXPECT_GT(d["recomputes"].get<int>(), 0);
+  }
+  EXPECT_EQ(swaps > 0, j["swap_ins"].get<int>() > 0);
+  // Recomputation only: every decision is a recompute.
+  Output r = ferry("plan --model resnet-mini --batch 4 --budget 92% --tier none --explain --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  for (const auto& d : nlohmann::json::parse(r.out)["decisions"]) EXPECT_EQ(d["move"], "recompute");
+  Output human = ferry("plan --model resnet-mini --batch 4 --budget 60% --explain");
+  ASSERT_EQ(human.code, 0) << human.out;
+  EXPECT_TRUE(has(human.out, "the ten costliest")) << human.out;
+  EXPECT_TRUE(has(human.out, "rejected alternative")) << human.out;
+}

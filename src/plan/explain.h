@@ -1,0 +1,30 @@
+// What a plan does with each tensor, what it costs and saves, and the alternative it did not take
+// (`ferry plan --explain`). Derived from the Schedule alone, so it explains any policy's plan,
+// including a ferry plan that came from its portfolio.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "cost/cost_model.h"
+#include "graph/graph.h"
+#include "schedule/schedule.h"
+
+namespace ferry {
+
+struct TensorDecision {
+  TensorId tensor = kNoTensor;
+  std::string move;        // "swap", "recompute", "swap+recompute" or "offload" (a persistent tensor lives in a tier)
+  uint64_t bytes = 0;      // device bytes freed while it is away
+  int32_t away_steps = 0;  // steps of the iteration during which it is not on the device
+  int swap_outs = 0, swap_ins = 0, recomputes = 0;
+  double link_us = 0;       // estimated link time of its copies (both directions, the cost model's transfer time)
+  double recompute_us = 0;  // estimated time of the ops that recompute it
+  double cost_us() const { return link_us + recompute_us; }
+  std::string alternative;  // the option not taken and its estimated cost
+};
+
+// Every tensor the schedule moves, costliest (link + recompute time) first.
+std::vector<TensorDecision> explain_schedule(const Graph& g, const CostModel& cost, const Schedule& s);
+
+}  // namespace ferry
