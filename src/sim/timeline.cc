@@ -127,8 +127,8 @@ namespace {
 
 // The plot area of memory_svg() and its two scales.
 struct MemoryPlot {
-  static constexpr double kWidth = 960, kHeight = 480;
-  static constexpr double kLeft = 90, kRight = 30, kTop = 64, kBottom = 60;
+  static constexpr double kWidth = 960, kHeight = 590;
+  static constexpr double kLeft = 90, kRight = 30, kTop = 64, kBottom = 170;  // lanes below the plot
   static constexpr double kPlotW = kWidth - kLeft - kRight, kPlotH = kHeight - kTop - kBottom;
 
   double t_max = 1;  // us at the right edge
@@ -273,6 +273,60 @@ std::string svg_markers(const MemoryPlot& p, const SimResult& r, uint64_t budget
   return svg;
 }
 
+// Lanes under the plot, on its time axis: recomputation and stalls on the compute stream, and
+// each copy stream (both directions of the host link, the SSD legs). Busy time is drawn per pixel
+// column, so the file stays small for any number of events.
+std::string svg_lanes(const MemoryPlot& p, const SimResult& r) {
+  using P = MemoryPlot;
+  struct Lane {
+    const char* label;
+    const char* color;
+    bool (*match)(const SimEvent&);
+  };
+  static const Lane kLanes[] = {
+      {"recompute", "#ff7f0e", [](const SimEvent& e) { return e.kind == EventKind::kRecompute; }},
+      {"stall", "#7f0000", [](const SimEvent& e) { return e.kind == EventKind::kStall; }},
+      {"to host", "#2ca02c", [](const SimEvent& e) { return e.stream == SimStream::kDeviceToHost; }},
+      {"to device", "#9467bd", [](const SimEvent& e) { return e.stream == SimStream::kHostToDevice; }},
+      {"SSD write", "#8c564b", [](const SimEvent& e) { return e.stream == SimStream::kSsdWrite; }},
+      {"SSD read", "#e377c2", [](const SimEvent& e) { return e.stream == SimStream::kSsdRead; }},
+  };
+  constexpr double kLaneH = 14, kLaneGap = 4;
+  const int columns = static_cast<int>(P::kPlotW);
+  std::string svg;
+  double y = P::kTop + P::kPlotH + 30;
+  for (const Lane& lane : kLanes) {
+    std::vector<uint8_t> busy(static_cast<size_t>(columns), 0);
+    double busy_us = 0;
+    for (const SimEvent& e : r.events) {
+      if (!lane.match(e) || !(e.end_us > e.start_us)) continue;
+      busy_us += e.end_us - e.start_us;
+      const int a = std::clamp(static_cast<int>(p.x(e.start_us) - P::kLeft), 0, columns - 1);
+      const int b = std::clamp(static_cast<int>(std::ceil(p.x(e.end_us) - P::kLeft)), a + 1, columns);
+      std::fill(busy.begin() + a, busy.begin() + b, 1);
+    }
+    svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"end\" font-size=\"10\">{}</text>\n", P::kLeft - 6,
+                       y + kLaneH - 3, lane.label);
+    svg += fmt::format("<rect x=\"{}\" y=\"{:.1f}\" width=\"{}\" height=\"{}\" fill=\"#f4f4f4\"/>\n", P::kLeft, y, P::kPlotW,
+                       kLaneH);
+    for (int c = 0; c < columns;) {
+      if (!busy[static_cast<size_t>(c)]) {
+        ++c;
+        continue;
+      }
+      int end = c;
+      while (end < columns && busy[static_cast<size_t>(end)]) ++end;
+      svg += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"{}\" height=\"{}\" fill=\"{}\"/>\n", P::kLeft + c, y,
+                         end - c, kLaneH, lane.color);
+      c = end;
+    }
+    svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"10\" fill=\"#555\">{}</text>\n",
+                       P::kLeft + P::kPlotW + 4, y + kLaneH - 3, busy_us > 0 ? xml(time_text(busy_us)) : "");
+    y += kLaneH + kLaneGap;
+  }
+  return svg;
+}
+
 // The legend, in the header to the right, where it never covers the curve.
 std::string svg_legend() {
   const double lx = MemoryPlot::kLeft + MemoryPlot::kPlotW - 250, ly = 44;
@@ -291,7 +345,7 @@ std::string svg_legend() {
 std::string memory_svg(const SimResult& r, uint64_t budget_bytes) {
   const MemoryPlot plot(r, budget_bytes);
   return svg_title(r, budget_bytes) + svg_axes(plot) + svg_curves(plot, r) + svg_markers(plot, r, budget_bytes) +
-         svg_legend() + "</svg>\n";
+         svg_lanes(plot, r) + svg_legend() + "</svg>\n";
 }
 
 Status write_memory_svg(const SimResult& r, uint64_t budget_bytes, const std::string& path) {

@@ -87,6 +87,14 @@ TEST(TimelineTest, MemorySvgShowsBudgetPeakAxesAndFeasibility) {
   EXPECT_TRUE(contains(svg, "tiny on round (policy hand)"));
   EXPECT_FALSE(contains(svg, "INFEASIBLE"));
   EXPECT_FALSE(contains(memory_svg(r, 0), "stroke=\"#d62728\""));  // no budget line without a budget
+  // The lanes under the plot: recomputation, stalls, both copy directions and the SSD legs, with
+  // busy intervals drawn where the streams have events.
+  for (const char* lane : {">recompute<", ">stall<", ">to host<", ">to device<", ">SSD write<", ">SSD read<"})
+    EXPECT_TRUE(contains(svg, lane)) << lane;
+  bool copies = false;
+  for (const SimEvent& e : r.events) copies |= e.stream == SimStream::kDeviceToHost;
+  ASSERT_TRUE(copies) << "the example must swap";
+  EXPECT_TRUE(contains(svg, "fill=\"#2ca02c\"/>")) << "a busy interval on the to-host lane";
 
   const SimResult tight = small_result(150000);
   ASSERT_FALSE(tight.feasible);
