@@ -56,6 +56,13 @@ def main():
     ap.add_argument("--policies", default=",".join(SEEDS))
     ap.add_argument("--min-budget", action="store_true", help="also --find-min-budget per policy (slow)")
     ap.add_argument("--timeout", type=float, default=600)
+    ap.add_argument("--measure", action="store_true",
+                    help="also train on this machine with ferry at --measure-fractions on the host and SSD tiers, "
+                         "each beside a run without a plan in the same process (ferry train --compare)")
+    ap.add_argument("--measure-models", default="preact-resnet --depth 164 --batch 32;gpt2 --batch 4 --seq 256")
+    ap.add_argument("--measure-fractions", default="50,33,25")
+    ap.add_argument("--measure-iters", type=int, default=10)
+    ap.add_argument("--merge", help="a previous --out DIR whose rows come first in this table")
     ap.add_argument("--quick", action="store_true", help="resnet-mini and gpt2-mini on one profile")
     a = ap.parse_args()
     if a.quick:
@@ -68,18 +75,36 @@ def main():
     fractions = [f for f in a.fractions.split(",") if f]
     policies = [p for p in a.policies.split(",") if p]
     rows = []
+    if a.merge:
+        with open(os.path.join(a.merge, "table.json")) as mj:
+            rows = json.load(mj)
     with open(os.path.join(a.out, "runs.jsonl"), "w") as log:
         for prof in profiles:
             for spec in models:
                 margs = ["--model"] + shlex.split(spec) + ["--device", prof]
                 ref = run(a.ferry, margs + ["--policy", "none", "--budget", "100%"], a.timeout, log)
+                if ref["json"] is None and "exceeds the memory capacity" in ref["stderr"]:
+                    # The model does not fit this device without a plan (the real use): the unlimited
+                    # reference is the same profile with its capacity raised, and the table says so.
+                    prof_file = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "profiles",
+                                             prof + ".json")
+                    with open(prof_file) as pf:
+                        big = json.load(pf)
+                    big["memory"]["capacity_bytes"] = 1 << 40
+                    big_file = os.path.join(a.out, prof + "-unlimited-capacity.json")
+                    with open(big_file, "w") as bf:
+                        json.dump(big, bf)
+                    ref_args = ["--model"] + shlex.split(spec) + ["--device", big_file]
+                    ref = run(a.ferry, ref_args + ["--policy", "none", "--budget", "100%"], a.timeout, log)
+                    if ref["json"] is not None:
+                        ref["json"]["reference_note"] = "capacity raised"
                 if ref["json"] is None:
                     print(f"{prof} {spec}: reference failed: {ref['stderr']}", file=sys.stderr)
                     continue
                 base_ms = ref["json"]["iteration_ms"]
                 peak = ref["json"].get("no_swap_peak_bytes", ref["json"].get("peak_bytes"))
                 row = {"profile": prof, "model": spec, "unlimited_ms": base_ms, "peak_bytes": peak, "cells": {},
-                       "min": {}}
+                       "min": {}, "reference_over_capacity": "reference_note" in ref["json"]}
                 for f in fractions:
                     cell = {}
                     for pol in ["ferry"] + policies:
@@ -107,16 +132,65 @@ def main():
                     json.dump(rows, tj, indent=1)
                 with open(os.path.join(a.out, "table.md"), "w") as t:  # so far
                     t.write(render(rows, fractions, policies, a.min_budget))
-    md = render(rows, fractions, policies, a.min_budget)
+    measured = measure(a) if a.measure else []
+    md = render(rows, fractions, policies, a.min_budget) + render_measured(measured)
     with open(os.path.join(a.out, "table.md"), "w") as t:
         t.write(md)
     print(md)
 
 
+def measure(a):
+    """ferry train --compare: measured on this machine, planned run and the run without a plan in one process."""
+    out = []
+    with open(os.path.join(a.out, "measured.jsonl"), "w") as log:
+        for spec in [m.strip() for m in a.measure_models.split(";") if m.strip()]:
+            for tier in ["host", "ssd"]:
+                for f in [x for x in a.measure_fractions.split(",") if x]:
+                    cmd = [a.ferry, "train", "--model"] + shlex.split(spec) + [
+                        "--iters", str(a.measure_iters), "--budget", f + "%", "--tier", tier, "--compare", "--json",
+                        "--no-progress"]
+                    start = time.monotonic()
+                    p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
+                    try:
+                        j = json.loads(p.stdout)
+                    except json.JSONDecodeError:
+                        j = None
+                    rec = {"cmd": " ".join(shlex.quote(c) for c in cmd), "code": p.returncode,
+                           "seconds": time.monotonic() - start, "json": j, "stderr": p.stderr.strip()[-400:]}
+                    log.write(json.dumps(rec) + "\n")
+                    log.flush()
+                    out.append({"model": spec, "tier": tier, "fraction": f, **rec})
+                    print(f"measured | {spec} | {tier} | {f}%: exit {p.returncode}"
+                          + (f", {j['measured_slowdown']:.2f}x" if j and "measured_slowdown" in j else ""),
+                          file=sys.stderr)
+    return out
+
+
+def render_measured(runs):
+    if not runs:
+        return ""
+    out = ["", "Measured on this machine (`ferry train --compare`, CPU backend): the planned run and the run "
+           "without a plan in the same process, same data and seed; slowdown = median iteration of the planned "
+           "run / median of the run without a plan (the first iteration of each left out).", "",
+           "| model | tier | budget | budget bytes | measured peak | peak without a plan | ms without a plan | "
+           "ms with ferry | slowdown | losses bitwise identical |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in runs:
+        j = r["json"]
+        if not j:
+            out.append(f"| {r['model']} | {r['tier']} | {r['fraction']}% | exit {r['code']}: {r['stderr'][:120]} | | | | | | |")
+            continue
+        b = j["baseline"]
+        out.append(f"| {r['model']} | {r['tier']} | {r['fraction']}% | {j['budget_bytes'] / 2**20:.1f} MiB | "
+                   f"{j['measured_peak_bytes'] / 2**20:.1f} MiB | {b['measured_peak_bytes'] / 2**20:.1f} MiB | "
+                   f"{b['median_iter_ms']:.1f} | {j['median_iter_ms']:.1f} | {j['measured_slowdown']:.2f}x | "
+                   f"{'yes' if b['losses_bitwise_identical'] else 'NO'} |")
+    return "\n".join(out) + "\n"
+
+
 def render(rows, fractions, policies, with_min):
     out = ["All figures are predictions of Ferry's simulator (`ferry plan`); slowdown = iteration time / "
            "the unlimited iteration (policy none, no budget) on the same profile. `bound` is ferry's "
-           "`lower_bound_ms` as a slowdown, `gap` = ferry / bound. `-`: the policy does not fit. "
+           "`lower_bound_ms` as a slowdown, `gap` = ferry / bound. `-`: the policy does not fit; n/a: the budget exceeds the device's memory (the CLI refuses it). "
            "**bold**: the fastest feasible policy of the row.", ""]
     head = "| profile | model | budget | ferry | bound | gap | " + " | ".join(policies) + " |"
     out += [head, "|" + "---|" * (6 + len(policies))]
@@ -133,7 +207,7 @@ def render(rows, fractions, policies, with_min):
                     return "?"
                 c = cell[p]
                 if "ms" not in c:
-                    return "-" if c["code"] == 1 else f"err {c['code']}"
+                    return "-" if c["code"] == 1 else ("n/a" if c["code"] == 2 else f"err {c['code']}")
                 s = f"{c['ms'] / base:.2f}x"
                 return f"**{s}**" if best is not None and c["ms"] <= best * (1 + 1e-9) else s
 
@@ -156,7 +230,8 @@ def render(rows, fractions, policies, with_min):
     out.append("|---|---|---|---|---|")
     for row in rows:
         secs = max((c["ferry"]["seconds"] for c in row["cells"].values() if "ferry" in c), default=float("nan"))
-        out.append(f"| {row['profile']} | {row['model']} | {row['unlimited_ms']:.1f} | "
+        over = " (over the device's capacity: timed with it raised)" if row.get("reference_over_capacity") else ""
+        out.append(f"| {row['profile']} | {row['model']} | {row['unlimited_ms']:.1f}{over} | "
                    f"{row['peak_bytes'] / 2**30:.2f} GiB | {secs:.1f} |")
     if with_min:
         out += ["", "Smallest feasible budget, % of the no-swap peak (`--find-min-budget`):", "",
