@@ -322,6 +322,8 @@ Result<HardwareProfile> parse_profile(std::string_view json_text, std::string_vi
     doc = Json::parse(json_text);
   } catch (const Json::parse_error& e) {
     return Status::InvalidArgument(fmt::format("{}: malformed JSON: {}", source_name, e.what()));
+  } catch (const Json::exception& e) {  // e.g. out_of_range 406: a number literal past double's range (found by fuzz_profile)
+    return Status::InvalidArgument(fmt::format("{}: malformed JSON: {}", source_name, e.what()));
   }
 
   Status st;

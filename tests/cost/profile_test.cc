@@ -229,6 +229,11 @@ TEST(ProfileTest, MalformedProfilesNameTheFieldAtFault) {
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
   EXPECT_TRUE(contains(bad.status().message(), "bad.json: malformed JSON"));
+  // A number literal past double's range is an error, not an escaping exception (fuzz_profile found it).
+  Result<HardwareProfile> huge = parse_profile("{\"format\": 1e300090}", "huge.json");
+  ASSERT_FALSE(huge.ok());
+  EXPECT_EQ(huge.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(contains(huge.status().message(), "huge.json: malformed JSON"));
 
   const Json good = shipped_json("a100-40gb-pcie4");
   ASSERT_TRUE(parse_profile(good.dump(), "good.json").ok());
