@@ -25,8 +25,6 @@
 #include "plan/ferry/ferry_planner.h"
 #include "plan/policies.h"
 #include "plan/policy_common.h"
-#include "schedule/program.h"
-#include "sim/simulator.h"
 
 namespace ferry {
 
@@ -53,8 +51,7 @@ Result<PlanAttempt> plan_ferry_default(const PlanContext& ctx, const PlanFacts& 
   FERRY_ASSIGN_OR_RETURN(PlanAttempt best, plan_ferry(ctx, facts));
   if (ctx.budget_bytes == 0) return best;
   auto simulated_us = [&](const Schedule& s) -> Result<double> {
-    FERRY_ASSIGN_OR_RETURN(Program program, lower_schedule(facts.g(), s, facts.program_options));
-    FERRY_ASSIGN_OR_RETURN(SimResult sim, simulate_for_planning(ctx, facts, program));
+    FERRY_ASSIGN_OR_RETURN(SimResult sim, simulate_for_planning(ctx, facts, s));
     return sim.iteration_us;
   };
   double best_us = std::numeric_limits<double>::infinity();

@@ -374,6 +374,11 @@ Result<SimResult> simulate_for_planning(const PlanContext& ctx, const PlanFacts&
   return simulate_program(ctx.graph, unbudgeted, ctx.cost, so);
 }
 
+Result<SimResult> simulate_for_planning(const PlanContext& ctx, const PlanFacts& facts, const Schedule& schedule) {
+  FERRY_ASSIGN_OR_RETURN(Program program, lower_schedule(facts.g(), schedule, facts.program_options));
+  return simulate_for_planning(ctx, facts, program);
+}
+
 Schedule empty_schedule(const PlanContext& ctx, std::string_view policy) {
   Schedule s = Schedule::keep_all(ctx.graph.ops.size());
   s.policy = std::string(policy);

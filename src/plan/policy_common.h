@@ -95,6 +95,8 @@ size_t close_recompute_sources(const PlanFacts& facts, std::vector<bool>& droppe
 // The simulator's prediction of `program` (no timeline; per-step starts and per-tensor swap-in
 // waits recorded): the one timing model, shared with `ferry plan`.
 Result<SimResult> simulate_for_planning(const PlanContext& ctx, const PlanFacts& facts, const Program& program);
+// The same for a schedule: lowered with the facts' program options, then simulated.
+Result<SimResult> simulate_for_planning(const PlanContext& ctx, const PlanFacts& facts, const Schedule& schedule);
 
 // What one policy run produced: a complete schedule, its measure, and notes. `fits` compares
 // the measure with the budget (always true for an unlimited budget).

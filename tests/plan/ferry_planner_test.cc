@@ -24,6 +24,7 @@ namespace {
 
 using policy_test::Chain;
 using policy_test::round_cost;
+using policy_test::simulated_us;
 
 Chain random_chain(uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -33,15 +34,6 @@ Chain random_chain(uint64_t seed) {
   for (int i = 0; i <= n; ++i) bytes.push_back(64 * (16 + rng() % 240));  // 1-16 KiB
   for (int i = 1; i <= n; ++i) op_us.push_back(static_cast<double>(2 + rng() % 40));
   return Chain(bytes, op_us);
-}
-
-double simulated_us(const PlanContext& ctx, const Schedule& s) {
-  SimOptions so;
-  so.record_timeline = false;
-  so.timing_only = true;
-  Result<SimResult> r = simulate(ctx.graph, s, ctx.cost, so);
-  EXPECT_TRUE(r.ok()) << r.status().message();
-  return r.ok() ? r->iteration_us : 0;
 }
 
 struct Case {

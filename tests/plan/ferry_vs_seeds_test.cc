@@ -2,55 +2,53 @@
 // plan fits, ferry's fits too and is simulated at least as fast (ties allowed); and ferry's
 // feasibility is monotone in the budget above its --find-min-budget answer.
 #include <algorithm>
+#include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "common/units.h"
 #include "graph/zoo/zoo.h"
 #include "plan/policies.h"
 #include "plan/policy_test_util.h"
-#include "sim/simulator.h"
 
 namespace ferry {
 namespace {
 
-using policy_test::round_cost;
+using policy_test::simulated_us;
 
-double simulated_us(const PlanContext& ctx, const Schedule& s) {
-  SimOptions so;
-  so.record_timeline = false;
-  so.timing_only = true;
-  so.op_scratch_bytes = ctx.op_scratch_bytes;
-  Result<SimResult> r = simulate(ctx.graph, s, ctx.cost, so);
-  EXPECT_TRUE(r.ok()) << r.status().message();
-  return r.ok() ? r->iteration_us : 0;
-}
+// A small zoo model at batch 2 with the round cost model and backend-like scratch; `full` is the
+// keep plan's device bytes.
+class SmallModelPlan : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    ModelConfig config;
+    config.batch = 2;
+    Result<Graph> g = build_model(GetParam(), config);
+    ASSERT_TRUE(g.ok()) << g.status().message();
+    graph_ = std::move(*g);
+    ctx_.emplace(PlanContext{.graph = graph_, .cost = cost_});
+    ctx_->options.checkmate_max_nodes = 5;  // deterministic on any machine
+    ctx_->options.checkmate_time_limit_s = 600;
+    ctx_->op_scratch_bytes = policy_test::backend_like_scratch(graph_);
+    Result<PlanReport> none = plan_policy("none", *ctx_);
+    ASSERT_TRUE(none.ok());
+    full_ = none->device_bytes;
+  }
+  Graph graph_;
+  const CostModel cost_ = policy_test::round_cost();
+  std::optional<PlanContext> ctx_;
+  uint64_t full_ = 0;
+};
 
-PlanContext small_context(const Graph& g, const CostModel& cost) {
-  PlanContext ctx{.graph = g, .cost = cost};
-  ctx.options.checkmate_max_nodes = 5;  // deterministic on any machine
-  ctx.options.checkmate_time_limit_s = 600;
-  for (const Op& op : g.ops)
-    ctx.op_scratch_bytes.push_back(op_class_of(op.type) == OpClass::kConv || op_class_of(op.type) == OpClass::kMatMul
-                                       ? 8192 + 64 * static_cast<uint64_t>(op.id % 7)
-                                       : 0);
-  return ctx;
-}
-
-class FerryVsSeeds : public ::testing::TestWithParam<std::string> {};
+class FerryVsSeeds : public SmallModelPlan {};
 
 TEST_P(FerryVsSeeds, FitsWhereverASeedPolicyFitsAndIsAtLeastAsFast) {
-  ModelConfig config;
-  config.batch = 2;
-  Result<Graph> g = build_model(GetParam(), config);
-  ASSERT_TRUE(g.ok()) << g.status().message();
-  const CostModel cost = round_cost();
-  PlanContext ctx = small_context(*g, cost);
-  Result<PlanReport> none = plan_policy("none", ctx);
-  ASSERT_TRUE(none.ok());
-  const uint64_t full = none->device_bytes;
+  PlanContext& ctx = *ctx_;
+  const uint64_t full = full_;
   for (Tier tier : {Tier::kHost, Tier::kSsd}) {
     ctx.tier = tier;
     for (double fraction : {0.8, 0.6, 0.4}) {
@@ -71,25 +69,14 @@ TEST_P(FerryVsSeeds, FitsWhereverASeedPolicyFitsAndIsAtLeastAsFast) {
 }
 
 INSTANTIATE_TEST_SUITE_P(SmallModels, FerryVsSeeds,
-                         ::testing::Values("resnet-mini", "densenet-mini", "gpt2-mini"), [](const auto& info) {
-                           std::string name = info.param;
-                           for (char& c : name)
-                             if (c == '-') c = '_';
-                           return name;
-                         });
+                         ::testing::Values("resnet-mini", "densenet-mini", "gpt2-mini"),
+                         [](const auto& info) { return policy_test::param_name(info.param); });
 
-class FerryMinBudget : public ::testing::TestWithParam<std::string> {};
+class FerryMinBudget : public SmallModelPlan {};
 
 TEST_P(FerryMinBudget, FeasibilityIsMonotoneAboveTheMinimumBudget) {
-  ModelConfig config;
-  config.batch = 2;
-  Result<Graph> g = build_model(GetParam(), config);
-  ASSERT_TRUE(g.ok()) << g.status().message();
-  const CostModel cost = round_cost();
-  PlanContext ctx = small_context(*g, cost);
-  Result<PlanReport> none = plan_policy("none", ctx);
-  ASSERT_TRUE(none.ok());
-  const uint64_t full = none->device_bytes;
+  PlanContext& ctx = *ctx_;
+  const uint64_t full = full_;
   Result<uint64_t> min = find_min_budget("ferry", ctx);
   ASSERT_TRUE(min.ok()) << min.status().message();
   EXPECT_LT(*min, full);
@@ -101,7 +88,7 @@ TEST_P(FerryMinBudget, FeasibilityIsMonotoneAboveTheMinimumBudget) {
                                        r.status().message());
   }
   // Below it, on the 1% grid the search scans, none does (find_min_budget's contract).
-  const uint64_t step = (std::max<uint64_t>(full / 100, 1) + ctx.alignment - 1) / ctx.alignment * ctx.alignment;
+  const uint64_t step = align_up(std::max<uint64_t>(full / 100, 1), ctx.alignment);
   for (uint64_t k = 1; k <= 2 && k * step < *min; ++k) {
     ctx.budget_bytes = *min - k * step;
     EXPECT_FALSE(plan_policy("ferry", ctx).ok()) << "fits " << k << "% below the minimum";
@@ -110,12 +97,7 @@ TEST_P(FerryMinBudget, FeasibilityIsMonotoneAboveTheMinimumBudget) {
 
 // densenet-mini takes two minutes of planning here; these two cover a CNN and a transformer.
 INSTANTIATE_TEST_SUITE_P(SmallModels, FerryMinBudget, ::testing::Values("resnet-mini", "gpt2-mini"),
-                         [](const auto& info) {
-                           std::string name = info.param;
-                           for (char& c : name)
-                             if (c == '-') c = '_';
-                           return name;
-                         });
+                         [](const auto& info) { return policy_test::param_name(info.param); });
 
 }  // namespace
 }  // namespace ferry

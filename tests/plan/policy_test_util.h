@@ -20,6 +20,7 @@
 #include "plan/policies.h"
 #include "schedule/program.h"
 #include "schedule/schedule.h"
+#include "sim/simulator.h"
 
 namespace ferry::policy_test {
 
@@ -68,6 +69,34 @@ struct Chain {
 };
 
 inline CostModel round_cost() { return CostModel(cost_test::round_profile()); }
+
+// Scratch per op as a backend reports it (oneDNN's convolutions and matmuls need some).
+inline std::vector<uint64_t> backend_like_scratch(const Graph& g) {
+  std::vector<uint64_t> scratch;
+  for (const Op& op : g.ops)
+    scratch.push_back(op_class_of(op.type) == OpClass::kConv || op_class_of(op.type) == OpClass::kMatMul
+                          ? 8192 + 64 * static_cast<uint64_t>(op.id % 7)
+                          : 0);
+  return scratch;
+}
+
+// The simulated iteration time of `s` under ctx's cost model and scratch (0 on a simulator error,
+// which fails the test).
+inline double simulated_us(const PlanContext& ctx, const Schedule& s) {
+  SimOptions so;
+  so.record_timeline = false;
+  so.timing_only = true;
+  so.op_scratch_bytes = ctx.op_scratch_bytes;
+  Result<SimResult> r = simulate(ctx.graph, s, ctx.cost, so);
+  EXPECT_TRUE(r.ok()) << r.status().message();
+  return r.ok() ? r->iteration_us : 0;
+}
+
+// A model or policy name as a test-name suffix ('-' is not allowed there).
+inline std::string param_name(std::string name) {
+  std::replace(name.begin(), name.end(), '-', '_');
+  return name;
+}
 
 // Every action of `s` with where it sits.
 struct Placed {

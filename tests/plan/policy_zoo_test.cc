@@ -32,11 +32,7 @@ TEST_P(PolicyZooTest, PlansLowerAndFitAtFullHalfAndMinimumBudgets) {
   ctx.options.checkmate_max_nodes = 5;
   ctx.options.checkmate_time_limit_s = 600;
   ctx.tier = policy == "lms" ? Tier::kSsd : Tier::kHost;
-  // Scratch as a backend reports it (oneDNN's convolutions and matmuls need some).
-  for (const Op& op : g->ops)
-    ctx.op_scratch_bytes.push_back(op_class_of(op.type) == OpClass::kConv || op_class_of(op.type) == OpClass::kMatMul
-                                       ? 8192 + 64 * static_cast<uint64_t>(op.id % 7)
-                                       : 0);
+  ctx.op_scratch_bytes = policy_test::backend_like_scratch(*g);
 
   Result<PlanReport> none = plan_policy("none", ctx);
   ASSERT_TRUE(none.ok()) << none.status().message();
@@ -79,7 +75,7 @@ TEST_P(PolicyZooTest, PlansLowerAndFitAtFullHalfAndMinimumBudgets) {
 
 std::vector<Case> cases() {
   std::vector<Case> out;
-  // ferry-exact solves a MILP per probe (minutes on these graphs): tests/plan/ferry_exact_test.cc
+  // ferry-exact solves a MILP per probe (minutes on these graphs): tests/plan/ferry_planner_test.cc
   // checks it on small graphs.
   for (const char* model : {"resnet-mini", "densenet-mini", "gpt2-mini"})
     for (const PolicyInfo& p : list_policies())
@@ -88,10 +84,7 @@ std::vector<Case> cases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllPolicies, PolicyZooTest, ::testing::ValuesIn(cases()), [](const auto& info) {
-  std::string name = std::get<0>(info.param) + "_" + std::get<1>(info.param);
-  for (char& c : name)
-    if (c == '-') c = '_';
-  return name;
+  return policy_test::param_name(std::get<0>(info.param) + "_" + std::get<1>(info.param));
 });
 
 TEST(PolicyRegistryTest, ListsThePoliciesWithTheirPapers) {

@@ -764,10 +764,7 @@ class Planner {
     return std::optional<PlanAttempt>(std::move(a));
   }
 
-  Result<SimResult> simulate(const Schedule& s) const {
-    FERRY_ASSIGN_OR_RETURN(Program program, lower_schedule(g_, s, f_.program_options));
-    return simulate_for_planning(ctx_, f_, program);
-  }
+  Result<SimResult> simulate(const Schedule& s) const { return simulate_for_planning(ctx_, f_, s); }
 
   std::string summary() const {
     size_t swaps = 0, recomputes = 0, offloaded = 0;
@@ -828,8 +825,7 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
     FERRY_ASSIGN_OR_RETURN(PlanAttempt a, p->run(nullptr));
     double us = std::numeric_limits<double>::infinity();
     if (a.fits) {
-      FERRY_ASSIGN_OR_RETURN(Program program, lower_schedule(facts.g(), a.schedule, facts.program_options));
-      FERRY_ASSIGN_OR_RETURN(SimResult sim, simulate_for_planning(ctx, facts, program));
+      FERRY_ASSIGN_OR_RETURN(SimResult sim, simulate_for_planning(ctx, facts, a.schedule));
       us = sim.iteration_us;
     }
     const bool better = !best || (a.fits && !best->fits) || (a.fits == best->fits && a.fits && us < best_us) ||
