@@ -692,3 +692,22 @@ TEST(Cli, PlanExplainSaysWhatEveryMovedTensorCostsAndTheAlternative) {
   EXPECT_TRUE(has(human.out, "the ten costliest")) << human.out;
   EXPECT_TRUE(has(human.out, "rejected alternative")) << human.out;
 }
+
+// --compare: the run without a plan comes first in the same process; the report has both peaks,
+// the measured slowdown and the bitwise comparison of the losses.
+TEST(Cli, TrainCompareRunsWithoutAPlanFirstAndComparesTheLosses) {
+  Output o = ferry("train --model resnet-mini --batch 8 --iters 3 --budget 50% --compare --no-progress --json");
+  ASSERT_EQ(o.code, 0) << o.out;
+  const auto j = nlohmann::json::parse(o.out);
+  ASSERT_TRUE(j.contains("baseline"));
+  EXPECT_TRUE(j["baseline"]["losses_bitwise_identical"].get<bool>());
+  EXPECT_GT(j["baseline"]["measured_peak_bytes"].get<uint64_t>(), j["budget_bytes"].get<uint64_t>())
+      << "the run without a plan must need more than the budget";
+  EXPECT_LE(j["measured_peak_bytes"].get<uint64_t>(), j["budget_bytes"].get<uint64_t>());
+  EXPECT_GT(j["measured_slowdown"].get<double>(), 0);
+  EXPECT_DOUBLE_EQ(j["measured_slowdown"].get<double>(),
+                   j["median_iter_ms"].get<double>() / j["baseline"]["median_iter_ms"].get<double>());
+  Output plain = ferry("train --model resnet-mini --batch 8 --iters 3 --budget 50% --no-progress --json");
+  ASSERT_EQ(plain.code, 0) << plain.out;
+  EXPECT_FALSE(nlohmann::json::parse(plain.out).contains("baseline"));
+}
