@@ -38,6 +38,7 @@ struct PlanOptions {
   std::string trace_out;
   std::string plot;
   std::string tier = "host";
+  std::string host_budget;
   bool find_min_budget = false;
   bool sweep = false;
   PolicyOptions policy_options;
@@ -74,6 +75,9 @@ Status check_plan_options(const PlanOptions& o) {
                                             all || o.policy == "checkmate" || o.policy == "ferry-exact",
                                             "without --policy checkmate or ferry-exact"));
   FERRY_RETURN_IF_ERROR(check_option_used(cmd, "--tier", o.policy != "none", "with --policy none (it swaps nothing)"));
+  FERRY_RETURN_IF_ERROR(check_option_used(cmd, "--host-budget", !search, what));
+  FERRY_RETURN_IF_ERROR(
+      check_option_used(cmd, "--host-budget", o.policy != "none", "with --policy none (it swaps nothing)"));
   return Status::Ok();
 }
 
@@ -292,8 +296,33 @@ int run_find_min_budget(const PlanOptions& o, const PlanSetup& s, const PlanCont
   return 0;
 }
 
-void print_plan_summary(const PlanOptions& o, const PlanSetup& s, const PlanReport& planned, const SimResult& r,
+// What the plan keeps on the swap tiers (placed, predicted), and what --host-budget spilled.
+nlohmann::json tiers_json(const TieredPlan& t) {
+  nlohmann::json j;
+  j["host_tier_bytes"] = t.tiers.host_bytes;
+  j["ssd_tier_bytes"] = t.tiers.ssd_bytes;
+  j["host_budget_bytes"] = t.host_budget_bytes ? nlohmann::json(*t.host_budget_bytes) : nlohmann::json();
+  if (t.cascade) {
+    j["spilled_to_ssd_tensors"] = t.cascade->moved_tensors;
+    j["spilled_to_ssd_bytes"] = t.cascade->moved_bytes;
+    j["host_tier_bytes_uncapped"] = t.cascade->before.host_bytes;
+  }
+  return j;
+}
+
+std::string tiers_text(const TieredPlan& t) {
+  std::string out = fmt::format("host tier {}, SSD tier {} (placed copies)", format_bytes(t.tiers.host_bytes),
+                                format_bytes(t.tiers.ssd_bytes));
+  if (t.host_budget_bytes) out += fmt::format("; host budget {}", t.host_budget_text);
+  if (t.cascade && t.cascade->moved_tensors > 0)
+    out += fmt::format("; {} tensors ({}) spilled to the SSD tier", t.cascade->moved_tensors,
+                       format_bytes(t.cascade->moved_bytes));
+  return out;
+}
+
+void print_plan_summary(const PlanOptions& o, const PlanSetup& s, const TieredPlan& tiered, const SimResult& r,
                         const LowerBound& bound) {
+  const PlanReport& planned = tiered.report;
   const std::string budget = s.budget ? s.budget->describe(s.no_swap_peak_bytes)
                                       : format_bytes(s.budget_bytes) + " (the device's capacity)";
   std::printf("%s on %s, policy %s, budget %s; predicted (simulated):\n", describe(s.graph).c_str(),
@@ -301,6 +330,7 @@ void print_plan_summary(const PlanOptions& o, const PlanSetup& s, const PlanRepo
   std::printf("  %s\n", r.feasible ? "fits" : ("DOES NOT FIT: " + r.reason).c_str());
   std::printf("  plan        %zu tensors swapped to %s, %zu recomputed%s%s\n", planned.swapped_tensors, o.tier.c_str(),
               planned.recomputed_tensors, planned.notes.empty() ? "" : "; ", planned.notes.c_str());
+  if (planned.swapped_tensors > 0) std::printf("  tiers       %s\n", tiers_text(tiered).c_str());
   std::printf("  iteration   %10.2f ms  (compute %.2f ms, recompute %.2f ms, stalls %.2f ms)\n", r.iteration_us / 1e3,
               r.compute_busy_us / 1e3, r.recompute_us / 1e3, r.stall_us / 1e3);
   std::printf("  bound       %10.2f ms  no plan at this budget is faster (%s); this plan is %.3fx the bound\n",
@@ -380,7 +410,13 @@ int run_plan(const PlanOptions& given) {
   }
   if (o.sweep) return run_sweep(o, s, cost, ctx);
   if (o.find_min_budget) return run_find_min_budget(o, s, ctx);
-  Result<PlanReport> planned = plan_policy(o.policy, ctx);
+  std::optional<BudgetSpec> host_budget;
+  if (!o.host_budget.empty()) {
+    Result<BudgetSpec> hb = parse_budget(o.host_budget);
+    if (!hb.ok()) return report(hb.status().with_context("--host-budget"));
+    host_budget = *hb;
+  }
+  Result<TieredPlan> planned = plan_tiered(o.policy, ctx, host_budget);
   if (!planned.ok() && s.backend_sizes) planned = with_conv_hint(planned.status(), s.graph, s.backend_options);
   if (!planned.ok() && planned.status().code() == StatusCode::kOutOfMemory && o.json) {
     // The honest answer to "does it fit?" is a JSON "no", with the reason and the numbers.
@@ -396,7 +432,7 @@ int run_plan(const PlanOptions& given) {
     return 1;
   }
   if (!planned.ok()) return report(planned.status());
-  Schedule schedule = planned->schedule;
+  Schedule schedule = planned->report.schedule;
   schedule.budget_bytes = s.budget_bytes;
   SimOptions so;
   so.budget_bytes = s.budget_bytes;
@@ -420,6 +456,7 @@ int run_plan(const PlanOptions& given) {
     j["lower_bound_ms"] = bound->us / 1e3;
     j["lower_bound_method"] = bound->method;
     j["gap"] = r->iteration_us / bound->us;
+    j["tiers"] = tiers_json(*planned);
     if (o.explain) j["decisions"] = decisions_json(s.graph, explain_schedule(s.graph, cost, schedule));
     std::printf("%s\n", j.dump(2).c_str());
   } else {
@@ -460,6 +497,7 @@ void register_plan(CLI::App& app, std::function<int()>& action) {
       "Table of predicted iteration time vs budget (100% down to 10% of the no-swap peak) for the policy, or for every "
       "policy with --policy all; with --plot, an SVG of the table. Progress on stderr when it is a terminal");
   min->excludes(sweep);
+  add_host_budget_option(cmd, o->host_budget);
   cmd->add_flag("--explain", o->explain,
                 "For every tensor the plan moves: swap, recompute or offload, the bytes it frees and for how many steps, "
                 "its estimated link or recompute time, and the alternative it did not take (human output: the ten "

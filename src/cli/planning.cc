@@ -74,4 +74,42 @@ void add_policy_options(CLI::App* cmd, std::string& policy, PolicyOptions& optio
       ->capture_default_str();
 }
 
+void add_host_budget_option(CLI::App* cmd, std::string& host_budget) {
+  cmd->add_option("--host-budget", host_budget,
+                  "Host memory for swapped tensors: bytes, with a unit (4GiB), or a percentage of what the plan keeps "
+                  "on the host tier without a cap. With --tier ssd the copies that do not fit spill to the SSD tier, "
+                  "coldest first (docs/dynamic.md); with --tier host a plan that needs more is refused");
+}
+
+Result<TieredPlan> plan_tiered(std::string_view policy, const PlanContext& ctx,
+                               const std::optional<BudgetSpec>& host_budget) {
+  TieredPlan out;
+  if (!host_budget) {
+    FERRY_ASSIGN_OR_RETURN(out.report, plan_policy(policy, ctx));
+    FERRY_ASSIGN_OR_RETURN(out.tiers, tier_needs(ctx, out.report.schedule));
+    return out;
+  }
+  if (ctx.recompute_only)
+    return Status::InvalidArgument("--host-budget has no effect with --tier none (nothing is swapped)");
+  PlanContext host_first = ctx;
+  host_first.tier = Tier::kHost;
+  FERRY_ASSIGN_OR_RETURN(out.report, plan_policy(policy, host_first));
+  FERRY_ASSIGN_OR_RETURN(TierNeeds before, tier_needs(ctx, out.report.schedule));
+  const uint64_t budget = host_budget->resolve(before.host_bytes);
+  out.host_budget_bytes = budget;
+  out.host_budget_text = host_budget->describe(before.host_bytes);
+  if (ctx.tier == Tier::kHost) {
+    if (before.host_bytes > budget)
+      return Status::OutOfMemory(fmt::format(
+          "policy '{}' keeps up to {} ({} bytes) of swapped tensors on the host tier at once, above --host-budget {} "
+          "({} bytes); --tier ssd spills what does not fit to the SSD tier",
+          policy, format_bytes(before.host_bytes), before.host_bytes, out.host_budget_text, budget));
+    out.tiers = before;
+    return out;
+  }
+  FERRY_ASSIGN_OR_RETURN(out.cascade, cascade_to_ssd(ctx, out.report.schedule, budget));
+  out.tiers = out.cascade->after;
+  return out;
+}
+
 }  // namespace ferry::cli

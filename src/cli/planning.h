@@ -11,7 +11,9 @@
 #include "common/status.h"
 #include "cost/cost_model.h"
 #include "graph/graph.h"
+#include "common/units.h"
 #include "plan/policies.h"
+#include "plan/tier_cascade.h"
 
 namespace ferry::cli {
 
@@ -45,5 +47,26 @@ void add_policy_options(CLI::App* cmd, std::string& policy, PolicyOptions& optio
 // Parses --tier: host, ssd, or none (recomputation only: PlanContext::recompute_only, and the
 // returned tier is unused).
 Result<Tier> parse_tier(const std::string& s);
+
+// Adds --host-budget (a cap on the host tier's bytes) to a subcommand.
+void add_host_budget_option(CLI::App* cmd, std::string& host_budget);
+
+// A plan with what it needs of the swap tiers, after --host-budget.
+struct TieredPlan {
+  PlanReport report;
+  TierNeeds tiers;                            // of the final schedule (placed, predicted)
+  std::optional<uint64_t> host_budget_bytes;  // --host-budget resolved
+  std::string host_budget_text;               // "6.00 GiB" or "1.2 GiB (50% of ...)"
+  std::optional<CascadeReport> cascade;       // --host-budget with --tier ssd
+};
+
+// Plans `policy` for ctx. With a host budget the policy plans for the host tier (the faster
+// one); with ctx.tier ssd the copies the host tier cannot hold then cascade to the SSD tier
+// (plan/tier_cascade.h), with ctx.tier host a plan whose copies exceed the host budget is refused
+// (OutOfMemory naming both and the --tier ssd remedy). A percentage host budget is of the host
+// tier bytes the plan needs without one. Errors: those of plan_policy; InvalidArgument for a host
+// budget with recomputation only (nothing is swapped).
+Result<TieredPlan> plan_tiered(std::string_view policy, const PlanContext& ctx,
+                               const std::optional<BudgetSpec>& host_budget);
 
 }  // namespace ferry::cli

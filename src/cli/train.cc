@@ -58,6 +58,7 @@ struct TrainCliOptions {
   bool no_progress = false;
   std::string policy;  // empty: ferry with a --budget, else none
   std::string tier = "host";
+  std::string host_budget;
   std::string device = "cpu-local";
   std::string ssd_dir = "/tmp";
   bool checksum = false;
@@ -86,6 +87,7 @@ struct TrainSetup {
   uint64_t budget_bytes = 0;         // resolved; 0 = what the plan needs
   uint64_t no_swap_peak_bytes = 0;   // the keep plan's device bytes (0 when not needed)
   std::optional<Schedule> schedule;  // policies other than none
+  std::optional<TieredPlan> tiered;  // the plan's tier needs and --host-budget (policies other than none)
   std::string plan_summary;
   // The simulator's prediction of what runs, from the device profile and the op times of an
   // earlier run (--op-times); made when planning, or on request with --op-times.
@@ -121,6 +123,7 @@ Status check_train_options(const TrainCliOptions& o) {
   FERRY_RETURN_IF_ERROR(check_option_used(cmd, "--tier", planned, "without --policy (policy none swaps nothing)"));
   FERRY_RETURN_IF_ERROR(check_option_used(cmd, "--checksum", planned, "without --policy (nothing is swapped)"));
   FERRY_RETURN_IF_ERROR(check_option_used(cmd, "--ssd-dir", planned && o.tier == "ssd", "without --tier ssd"));
+  FERRY_RETURN_IF_ERROR(check_option_used(cmd, "--host-budget", planned, "without --policy (nothing is swapped)"));
   FERRY_RETURN_IF_ERROR(check_option_used(cmd, "--device", planned || !o.op_times.empty(),
                                           "without --policy or --op-times (it is what plans and predictions use)"));
   FERRY_RETURN_IF_ERROR(check_option_used(cmd, "--swapin-ahead", o.policy == "lms", "without --policy lms"));
@@ -178,11 +181,21 @@ Status plan_training(const TrainCliOptions& o, TrainSetup& s) {
   s.budget_bytes = s.budget ? s.budget->resolve(s.no_swap_peak_bytes) : 0;
   if (planned) {
     ctx.budget_bytes = s.budget_bytes;
-    Result<PlanReport> plan = plan_policy(o.policy, ctx);
+    std::optional<BudgetSpec> host_budget;
+    if (!o.host_budget.empty()) {
+      Result<BudgetSpec> hb = parse_budget(o.host_budget);
+      if (!hb.ok()) return hb.status().with_context("--host-budget");
+      host_budget = *hb;
+    }
+    Result<TieredPlan> plan = plan_tiered(o.policy, ctx, host_budget);
     if (!plan.ok()) return with_conv_hint(plan.status(), s.graph, s.backend_options);
-    s.schedule = plan->schedule;
+    s.schedule = plan->report.schedule;
     s.plan_summary = fmt::format("policy {}: {} tensors swapped to {}, {} recomputed", o.policy,
-                                 plan->swapped_tensors, o.tier, plan->recomputed_tensors);
+                                 plan->report.swapped_tensors, o.tier, plan->report.recomputed_tensors);
+    if (plan->cascade && plan->cascade->moved_tensors > 0)
+      s.plan_summary += fmt::format("; host budget {}: {} of them ({}) spill to the SSD tier", plan->host_budget_text,
+                                    plan->cascade->moved_tensors, format_bytes(plan->cascade->moved_bytes));
+    s.tiered = std::move(*plan);
   }
   if (predict) {
     FERRY_ASSIGN_OR_RETURN(s.predicted, predict_iteration(sized, s.schedule ? *s.schedule : Schedule::keep_all(sized.ops.size()),
@@ -270,9 +283,18 @@ nlohmann::json train_report_json(const TrainCliOptions& o, const TrainSetup& s, 
   j["peak_rss_bytes"] = peak_rss_bytes();
   j["host_tier_peak_bytes"] = e.host_tier_stats().peak_in_use_bytes;
   j["ssd_tier_peak_bytes"] = e.ssd_tier_stats().peak_in_use_bytes;
+  j["host_tier_capacity_bytes"] = e.host_tier_stats().capacity_bytes;
+  j["host_budget_bytes"] = s.tiered && s.tiered->host_budget_bytes ? nlohmann::json(*s.tiered->host_budget_bytes)
+                                                                   : nlohmann::json();
+  if (s.tiered && s.tiered->cascade) {
+    j["spilled_to_ssd_tensors"] = s.tiered->cascade->moved_tensors;
+    j["spilled_to_ssd_bytes"] = s.tiered->cascade->moved_bytes;
+  }
   // Predicted: the plan's figures.
   j["predicted_peak_bytes"] = e.predicted_peak_bytes();
   j["predicted_live_peak_bytes"] = e.predicted_live_peak_bytes();
+  j["predicted_host_tier_bytes"] = e.tier_placement(Tier::kHost).bytes;
+  j["predicted_ssd_tier_bytes"] = e.tier_placement(Tier::kSsd).bytes;
   j["verify_memory"] = o.verify_memory;
   if (s.predicted) {
     j["predicted"] = {{"iteration_ms", s.predicted->iteration_us / 1e3},
@@ -319,6 +341,8 @@ void print_train_summary(const TrainCliOptions& o, const TrainSetup& s, const Ex
   std::printf("  host memory     measured: process peak RSS %s", format_bytes(peak_rss_bytes()).c_str());
   if (e.host_tier_stats().capacity_bytes > 0)
     std::printf(", host tier peak %s", format_bytes(e.host_tier_stats().peak_in_use_bytes).c_str());
+  if (s.tiered && s.tiered->host_budget_bytes)
+    std::printf(" (host budget %s)", s.tiered->host_budget_text.c_str());
   if (e.ssd_tier_stats().capacity_bytes > 0)
     std::printf(", SSD tier peak %s", format_bytes(e.ssd_tier_stats().peak_in_use_bytes).c_str());
   std::printf("\n");
@@ -378,6 +402,7 @@ int run_train(const TrainCliOptions& given) {
   eo.budget_bytes = s.budget_bytes;
   eo.seed = o.seed;
   eo.ssd_dir = o.ssd_dir;
+  if (s.tiered && s.tiered->host_budget_bytes) eo.host_tier_bytes = *s.tiered->host_budget_bytes;
   eo.checksum = o.checksum;
   eo.verify_memory = o.verify_memory;
   Result<std::unique_ptr<Executor>> ex =
@@ -428,6 +453,7 @@ void register_train(CLI::App& app, std::function<int()>& action) {
                   "Where swapped tensors go: host (a pre-faulted pool), ssd (direct-I/O files), or none (recomputation "
                   "only)")
       ->capture_default_str();
+  add_host_budget_option(cmd, o->host_budget);
   cmd->add_option("--ssd-dir", o->ssd_dir, "Directory for the SSD tier's temporary files")->capture_default_str();
   cmd->add_option("--device", o->device, "Hardware profile whose op and transfer times the policy plans with")
       ->capture_default_str();

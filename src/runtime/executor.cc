@@ -154,38 +154,42 @@ Status Executor::setup_arena() {
 }
 
 Status Executor::make_tiers() {
-  // Capacity of a tier: the bytes of every distinct tensor the program swaps to it, each in a slot
-  // of its own (SwapTier::fix_slots), so no order of copies can fragment it.
-  uint64_t need[2] = {0, 0};
-  std::vector<std::pair<TensorId, uint64_t>> slots[2];
-  std::vector<uint8_t> seen(graph_.tensors.size(), 0);
-  auto count = [&](TensorId t, Tier tier, uint64_t bytes) {
-    const uint8_t bit = tier == Tier::kHost ? 1 : 2;
-    if (seen[t] & bit) return;
-    seen[t] |= bit;
-    need[tier == Tier::kHost ? 0 : 1] += align_up(bytes, 4096);
-    slots[tier == Tier::kHost ? 0 : 1].emplace_back(t, bytes);
+  // Every copy gets a fixed slot where the tier placement put it (schedule/tier_placement.h), so
+  // no order of copies can fragment a tier, and a tier's capacity (a host-memory budget) is
+  // checked against the placement before anything runs.
+  tier_placement_[0] = place_tier(graph_, program_, Tier::kHost);
+  tier_placement_[1] = place_tier(graph_, program_, Tier::kSsd);
+  auto fixed = [](const TierPlacement& tp) {
+    std::vector<FixedSlot> slots;
+    for (size_t i = 0; i < tp.copies.size(); ++i)
+      slots.push_back({.tensor = tp.copies[i].tensor, .bytes = tp.copies[i].bytes, .offset = tp.offsets[i]});
+    return slots;
   };
-  for (const Offload& o : program_.offloaded) count(o.tensor, o.tier, compiled_->tensor_bytes(o.tensor));
-  for (const Instruction& in : program_.instructions)
-    if (in.kind == InstrKind::kSwapOut) count(in.tensor, in.tier, in.bytes);
-  if (need[0] == 0 && need[1] == 0) return Status::Ok();
-  if (need[0] > 0) {
+  const TierPlacement& host_need = tier_placement_[0];
+  const TierPlacement& ssd_need = tier_placement_[1];
+  if (host_need.copies.empty() && ssd_need.copies.empty()) return Status::Ok();
+  if (!host_need.copies.empty()) {
     HostTierOptions ho;
-    ho.capacity_bytes = options_.host_tier_bytes ? options_.host_tier_bytes : need[0];
+    ho.capacity_bytes = options_.host_tier_bytes ? options_.host_tier_bytes : host_need.bytes;
+    if (ho.capacity_bytes < host_need.bytes)
+      return Status::OutOfMemory(fmt::format(
+          "the plan keeps up to {} ({} bytes) of copies on the host tier at once (placed in 4 KiB slots), above "
+          "the host tier's capacity of {} ({} bytes); plan with that host budget (--host-budget) to spill the rest "
+          "to the SSD tier",
+          format_bytes(host_need.bytes), host_need.bytes, format_bytes(ho.capacity_bytes), ho.capacity_bytes));
     ho.checksum = options_.checksum;
     FERRY_ASSIGN_OR_RETURN(std::unique_ptr<HostTier> host, HostTier::create(ho));
-    FERRY_RETURN_IF_ERROR(host->fix_slots(slots[0]));
+    FERRY_RETURN_IF_ERROR(host->fix_slots(fixed(host_need)));
     host_tier_ = std::move(host);
   }
-  if (need[1] > 0) {
+  if (!ssd_need.copies.empty()) {
     SsdTierOptions so;
     so.directory = options_.ssd_dir;
-    so.capacity_bytes = options_.ssd_tier_bytes ? options_.ssd_tier_bytes : need[1];
+    so.capacity_bytes = options_.ssd_tier_bytes ? options_.ssd_tier_bytes : ssd_need.bytes;
     so.checksum = options_.checksum;
     so.fault = options_.ssd_fault;
     FERRY_ASSIGN_OR_RETURN(std::unique_ptr<SsdTier> ssd, SsdTier::create(so));
-    FERRY_RETURN_IF_ERROR(ssd->fix_slots(slots[1]));
+    FERRY_RETURN_IF_ERROR(ssd->fix_slots(fixed(ssd_need)));
     ssd_tier_ = std::move(ssd);
   }
   FERRY_ASSIGN_OR_RETURN(engine_, TransferEngine::create(backend_));

@@ -55,6 +55,7 @@
 #include "schedule/placement.h"
 #include "schedule/program.h"
 #include "schedule/schedule.h"
+#include "schedule/tier_placement.h"
 
 namespace ferry {
 
@@ -80,6 +81,9 @@ struct ExecutorOptions {
   // Swap tiers, made only when the schedule swaps to them. Capacities default to the bytes of
   // every tensor the program swaps there (an upper bound on the copies alive at once).
   std::string ssd_dir = "/tmp";   // the SSD tier's files go to a temporary directory under it
+  // host_tier_bytes caps the host tier (a host-memory budget): create() fails with kOutOfMemory
+  // when the plan's copies, as schedule/tier_placement.h places them, need more. 0 = what they
+  // need. ssd_tier_bytes likewise caps the SSD tier's file (0 = what the copies need).
   uint64_t host_tier_bytes = 0;
   uint64_t ssd_tier_bytes = 0;
   bool checksum = false;          // verify every swapped byte on its way back
@@ -143,6 +147,10 @@ class Executor {
   // by the tiers' own space accounting.
   TierStats host_tier_stats() const { return host_tier_ ? host_tier_->stats() : TierStats{}; }
   TierStats ssd_tier_stats() const { return ssd_tier_ ? ssd_tier_->stats() : TierStats{}; }
+
+  // The plan's placement of the copies in each tier (predicted: TierPlacement::bytes is what the
+  // tier must hold; the tiers' stats above are what they held).
+  const TierPlacement& tier_placement(Tier t) const { return tier_placement_[t == Tier::kHost ? 0 : 1]; }
 
   // Transfer counters (zero when the schedule swaps nothing).
   TransferEngineStats transfer_stats() const { return engine_ ? engine_->stats() : TransferEngineStats{}; }
@@ -225,6 +233,7 @@ class Executor {
   std::unique_ptr<MemoryVerifier> verifier_;
   std::vector<DevicePtr> in_ptrs_, out_ptrs_;
   std::unique_ptr<SwapTier> host_tier_, ssd_tier_;
+  TierPlacement tier_placement_[2];  // host, ssd
   std::unique_ptr<TransferEngine> engine_;
   std::vector<TransferTicket> out_ticket_, in_ticket_;  // per tensor, pending transfers
   std::vector<uint8_t> has_copy_;                       // per tensor: bit 0 host, bit 1 ssd

@@ -62,6 +62,19 @@ Result<SwapSlot> SwapTier::reserve(TensorId tensor, uint64_t bytes) {
   uint64_t at = 0, rounded = 0;
   if (auto f = fixed_.find(tensor); f != fixed_.end() && bytes <= f->second.second) {
     std::tie(at, rounded) = f->second;
+    // Fixed slots may share bytes only when their copies never coexist.
+    auto next = live_fixed_.lower_bound(at);
+    std::optional<std::pair<uint64_t, std::pair<uint64_t, TensorId>>> clash;
+    if (next != live_fixed_.end() && next->first < at + rounded) clash = *next;
+    if (next != live_fixed_.begin() && std::prev(next)->second.first > at) clash = *std::prev(next);
+    if (clash) {
+      ++counters_.num_failed_reservations;
+      return Status::Internal(fmt::format(
+          "{} tier: the fixed slot of tensor {} [{}, {}) overlaps the live copy of tensor {} [{}, {}): the tier "
+          "placement is corrupt",
+          name_, tensor, at, at + rounded, clash->second.second, clash->first, clash->second.first));
+    }
+    live_fixed_.emplace(at, std::make_pair(at + rounded, tensor));
   } else {
     AllocResult<uint64_t> offset = allocator_.allocate(bytes);
     if (!offset.ok()) {
@@ -78,19 +91,27 @@ Result<SwapSlot> SwapTier::reserve(TensorId tensor, uint64_t bytes) {
   return slot;
 }
 
-Status SwapTier::fix_slots(const std::vector<std::pair<TensorId, uint64_t>>& tensors) {
+Status SwapTier::fix_slots(const std::vector<FixedSlot>& slots) {
   std::lock_guard lock(mu_);
   FERRY_CHECK(slots_.empty() && fixed_.empty(), "{} tier: fix_slots after reservations", name_);
-  uint64_t total = 0;
+  uint64_t extent = 0;
   std::unordered_map<TensorId, std::pair<uint64_t, uint64_t>> fixed;
-  for (const auto& [tensor, bytes] : tensors) {
-    if (bytes == 0 || fixed.contains(tensor)) continue;
-    const uint64_t rounded = allocator_.rounded_size(bytes);
-    fixed.emplace(tensor, std::make_pair(total, rounded));
-    total += rounded;
+  for (const FixedSlot& f : slots) {
+    if (f.bytes == 0) continue;
+    if (f.offset % allocator_.alignment() != 0)
+      return Status::InvalidArgument(fmt::format("{} tier: fixed slot of tensor {} at offset {}, not a multiple of {}",
+                                                 name_, f.tensor, f.offset, allocator_.alignment()));
+    const uint64_t rounded = allocator_.rounded_size(f.bytes);
+    if (!fixed.emplace(f.tensor, std::make_pair(f.offset, rounded)).second)
+      return Status::InvalidArgument(fmt::format("{} tier: tensor {} has two fixed slots", name_, f.tensor));
+    extent = std::max(extent, f.offset + rounded);
   }
-  if (total == 0) return Status::Ok();
-  AllocResult<uint64_t> region = allocator_.allocate(total);
+  if (extent == 0) return Status::Ok();
+  if (extent > allocator_.capacity())
+    return Status::OutOfMemory(fmt::format("{} tier: the fixed slots of {} tensors need {}, above its capacity of {}",
+                                           name_, fixed.size(), bytes_text(extent),
+                                           bytes_text(allocator_.capacity())));
+  AllocResult<uint64_t> region = allocator_.allocate(extent);
   if (!region.ok())
     return region.status().with_context(fmt::format("{} tier: no room for the fixed slots of {} tensors", name_,
                                                     fixed.size()));
@@ -125,6 +146,7 @@ void SwapTier::release(const SwapSlot& slot) {
               slot.tensor, state->active);
   if (auto f = fixed_.find(slot.tensor); f != fixed_.end() && f->second.first == slot.offset) {
     in_use_bytes_ -= f->second.second;
+    live_fixed_.erase(slot.offset);
   } else {
     in_use_bytes_ -= allocator_.rounded_size(slot.bytes);
     allocator_.free(slot.offset);

@@ -34,6 +34,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -62,6 +63,13 @@ struct SwapSlot {
   uint64_t offset = 0;       // where they live in the medium (region offset, file offset)
   uint64_t generation = 0;   // unique per reservation within a tier; 0 is never used
   bool operator==(const SwapSlot&) const = default;
+};
+
+// A tensor's fixed place in a tier (SwapTier::fix_slots).
+struct FixedSlot {
+  TensorId tensor = kNoTensor;
+  uint64_t bytes = 0;
+  uint64_t offset = 0;
 };
 
 // Counters of one tier. Peaks run from creation or the last reset_peaks().
@@ -129,11 +137,16 @@ class SwapTier {
   // and the numbers (requested, capacity, in use, largest free); kInvalidArgument when the tensor
   // already has a slot here.
   Result<SwapSlot> reserve(TensorId tensor, uint64_t bytes);
-  // Gives each of `tensors` (tensor, bytes) a slot of its own at a fixed offset, laid end to end
-  // from offset 0: their reservations then always land there and never fail for fragmentation
-  // (a best-fit allocator can fail with enough free bytes when copies come and go in a different
-  // order each iteration). Other tensors are placed after them. Call once, before any reservation.
-  Status fix_slots(const std::vector<std::pair<TensorId, uint64_t>>& tensors);
+  // Gives each of `slots` a place of its own at a fixed offset (a multiple of the tier's
+  // alignment): its reservations then always land there and never fail for fragmentation (a
+  // best-fit allocator can fail with enough free bytes when copies come and go in a different
+  // order each iteration). Fixed slots may share bytes when the caller knows their copies never
+  // coexist (schedule/tier_placement.h places them so); reserve() refuses a fixed slot that
+  // overlaps a live one (kInternal), so a wrong placement stops the run instead of clobbering a
+  // copy. Other tensors are placed above the highest fixed slot. Call once, before any
+  // reservation. Errors: kOutOfMemory when the slots end past the capacity; kInvalidArgument for
+  // a misaligned offset or a tensor named twice.
+  Status fix_slots(const std::vector<FixedSlot>& slots);
   // The tensor's slot, or nullopt when it has none in this tier.
   std::optional<SwapSlot> find(TensorId tensor) const;
   // Drops the slot and its copy. FERRY_CHECKs that the slot is live (not stale) and idle.
@@ -191,6 +204,8 @@ class SwapTier {
   std::unordered_map<TensorId, SlotState> slots_;
   // fix_slots: tensor -> (offset, rounded bytes), carved from the allocator as one block.
   std::unordered_map<TensorId, std::pair<uint64_t, uint64_t>> fixed_;
+  // The fixed slots reserved now: offset -> (end, tensor), to refuse overlapping reservations.
+  std::map<uint64_t, std::pair<uint64_t, TensorId>> live_fixed_;
   uint64_t in_use_bytes_ = 0, peak_in_use_bytes_ = 0;  // live slots after rounding
   uint64_t next_generation_ = 1;
   TierStats counters_;  // the transfer and failure counters

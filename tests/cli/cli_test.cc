@@ -711,3 +711,39 @@ TEST(Cli, TrainCompareRunsWithoutAPlanFirstAndComparesTheLosses) {
   ASSERT_EQ(plain.code, 0) << plain.out;
   EXPECT_FALSE(nlohmann::json::parse(plain.out).contains("baseline"));
 }
+
+// --host-budget: with --tier ssd the copies beyond it spill to the SSD tier and the run stays
+// within it (measured by the host tier) with the losses of the run without a plan; with --tier
+// host a plan that needs more is refused naming both figures; bad values and useless uses are
+// usage errors.
+TEST(Cli, HostBudgetSpillsToTheSsdTier) {
+  const std::string common = "--model resnet-mini --batch 8 --budget 50% --no-progress --json";
+  Output o = ferry("train " + common + " --iters 3 --tier ssd --host-budget 50% --compare --ssd-dir " +
+                   std::filesystem::temp_directory_path().string());
+  ASSERT_EQ(o.code, 0) << o.out;
+  const auto j = nlohmann::json::parse(o.out);
+  const uint64_t host_budget = j["host_budget_bytes"].get<uint64_t>();
+  EXPECT_EQ(j["host_tier_capacity_bytes"].get<uint64_t>(), host_budget);
+  EXPECT_GT(j["host_tier_peak_bytes"].get<uint64_t>(), 0u);
+  EXPECT_LE(j["host_tier_peak_bytes"].get<uint64_t>(), host_budget);
+  EXPECT_LE(j["predicted_host_tier_bytes"].get<uint64_t>(), host_budget);
+  EXPECT_GT(j["ssd_tier_peak_bytes"].get<uint64_t>(), 0u);
+  EXPECT_GT(j["spilled_to_ssd_tensors"].get<uint64_t>(), 0u);
+  EXPECT_TRUE(j["baseline"]["losses_bitwise_identical"].get<bool>());
+
+  Output plan = ferry("plan --device cpu-local --model resnet-mini --batch 8 --budget 50% --tier ssd --host-budget 50% --json");
+  ASSERT_EQ(plan.code, 0) << plan.out;
+  const auto p = nlohmann::json::parse(plan.out)["tiers"];
+  EXPECT_LE(p["host_tier_bytes"].get<uint64_t>(), p["host_budget_bytes"].get<uint64_t>());
+  EXPECT_EQ(p["host_budget_bytes"].get<uint64_t>(), p["host_tier_bytes_uncapped"].get<uint64_t>() / 2);
+  EXPECT_GT(p["ssd_tier_bytes"].get<uint64_t>(), 0u);
+
+  Output host = ferry("plan --model resnet-mini --batch 8 --budget 50% --tier host --host-budget 50%");
+  EXPECT_EQ(host.code, 1) << host.out;
+  EXPECT_NE(host.out.find("above --host-budget"), std::string::npos) << host.out;
+  EXPECT_NE(host.out.find("--tier ssd"), std::string::npos) << host.out;
+  EXPECT_EQ(ferry("train " + common + " --host-budget 1GiB --policy none").code, 2);
+  EXPECT_EQ(ferry("train " + common + " --host-budget 1GiB --tier none").code, 2);
+  EXPECT_EQ(ferry("train " + common + " --host-budget lots --tier ssd").code, 2);
+  EXPECT_EQ(ferry("plan --model resnet-mini --batch 8 --sweep --host-budget 1GiB").code, 2);
+}

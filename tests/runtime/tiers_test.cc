@@ -227,9 +227,9 @@ namespace {
 TEST(SwapTierFixedSlots, NoOrderOfCopiesFragmentsATierSizedForAllOfThem) {
   const std::vector<uint64_t> sizes = {36864, 32768, 4096, 8192, 65536, 4096, 12288};
   uint64_t capacity = 0;
-  std::vector<std::pair<TensorId, uint64_t>> slots;
+  std::vector<FixedSlot> slots;
   for (size_t i = 0; i < sizes.size(); ++i) {
-    slots.emplace_back(static_cast<TensorId>(i), sizes[i]);
+    slots.push_back({.tensor = static_cast<TensorId>(i), .bytes = sizes[i], .offset = capacity});
     capacity += sizes[i];
   }
   // Without fixed slots, this order fails: 0 is freed, 1 lands in its hole, 0 comes back.
@@ -266,6 +266,50 @@ TEST(SwapTierFixedSlots, NoOrderOfCopiesFragmentsATierSizedForAllOfThem) {
   };
   EXPECT_EQ(run(false).code(), StatusCode::kOutOfMemory) << "the scenario must fragment best fit";
   EXPECT_TRUE(run(true).ok()) << run(true).message();
+}
+
+// Fixed slots may share bytes (a tier placement gives copies that never coexist the same place);
+// a reservation that would overlap a live copy is refused, naming both tensors, and the bytes of
+// the live copy are untouched.
+TEST(SwapTierFixedSlots, SharedSlotsMayNotBeLiveAtOnce) {
+  Result<std::unique_ptr<HostTier>> tier = HostTier::create({.capacity_bytes = 16384});
+  ASSERT_TRUE(tier.ok()) << tier.status().message();
+  HostTier& t = **tier;
+  // 1 and 2 share [0, 8192); 3 lies after them; 4 straddles 2 and 3.
+  ASSERT_TRUE(t.fix_slots({{.tensor = 1, .bytes = 8192, .offset = 0},
+                           {.tensor = 2, .bytes = 4096, .offset = 4096},
+                           {.tensor = 3, .bytes = 4096, .offset = 8192},
+                           {.tensor = 4, .bytes = 8192, .offset = 4096}})
+                  .ok());
+  Result<SwapSlot> one = t.reserve(1, 8192);
+  ASSERT_TRUE(one.ok());
+  std::vector<std::byte> bytes(8192, std::byte{0x5a});
+  ASSERT_TRUE(t.write(*one, bytes).ok());
+  Result<SwapSlot> two = t.reserve(2, 4096);
+  ASSERT_FALSE(two.ok());
+  EXPECT_EQ(two.status().code(), StatusCode::kInternal);
+  EXPECT_NE(two.status().message().find("tensor 2"), std::string::npos) << two.status().message();
+  EXPECT_NE(two.status().message().find("tensor 1"), std::string::npos) << two.status().message();
+  Result<SwapSlot> three = t.reserve(3, 4096);  // disjoint from 1: fine
+  ASSERT_TRUE(three.ok()) << three.status().message();
+  EXPECT_FALSE(t.reserve(4, 8192).ok()) << "4 overlaps both 1 and 3";
+  std::vector<std::byte> back(8192);
+  ASSERT_TRUE(t.read(*one, back).ok());
+  EXPECT_EQ(back, bytes);
+  t.release(*one);
+  Result<SwapSlot> again = t.reserve(2, 4096);  // 1 is gone: 2 may take the shared bytes
+  EXPECT_TRUE(again.ok()) << again.status().message();
+  EXPECT_EQ(again->offset, 4096u);
+}
+
+TEST(SwapTierFixedSlots, SlotsPastTheCapacityOrMisalignedAreRefused) {
+  Result<std::unique_ptr<HostTier>> tier = HostTier::create({.capacity_bytes = 8192});
+  ASSERT_TRUE(tier.ok());
+  EXPECT_EQ((*tier)->fix_slots({{.tensor = 1, .bytes = 4096, .offset = 8192}}).code(), StatusCode::kOutOfMemory);
+  EXPECT_EQ((*tier)->fix_slots({{.tensor = 1, .bytes = 64, .offset = 3}}).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ((*tier)->fix_slots({{.tensor = 1, .bytes = 64, .offset = 0}, {.tensor = 1, .bytes = 64, .offset = 64}})
+                .code(),
+            StatusCode::kInvalidArgument);
 }
 
 }  // namespace
