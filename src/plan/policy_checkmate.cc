@@ -50,6 +50,7 @@
 
 #include "common/units.h"
 #include "schedule/placement.h"
+#include "plan/contained.h"
 #include "plan/policy_common.h"
 
 #ifdef FERRY_HAVE_CBC
@@ -136,19 +137,32 @@ Result<MilpSolution> solve_milp(const Milp& m, const SolveLimits& limits) {
     Cbc_setParameter(model, "passC", "5");
   }
   const auto t0 = std::chrono::steady_clock::now();
-  Cbc_solve(model);
+  // The solve runs in a child process (plan/contained.h): a solver abort ends only that process.
+  Result<std::vector<double>> packed = run_contained("the MILP solver (CBC)", [&]() {
+    Cbc_solve(model);
+    std::vector<double> out = {Cbc_isProvenOptimal(model) != 0 ? 1.0 : 0.0,
+                               Cbc_isProvenInfeasible(model) != 0 ? 1.0 : 0.0, 0.0, 0.0, 0.0};
+    if (const double* best = Cbc_bestSolution(model); best != nullptr && out[1] == 0) {
+      out[2] = 1;
+      out[3] = Cbc_getObjValue(model);
+      out[4] = Cbc_getBestPossibleObjValue(model);
+      out.insert(out.end(), best, best + ncols);
+    }
+    return out;
+  });
+  Cbc_deleteModel(model);
+  if (!packed.ok()) return packed.status();
+  if (packed->size() < 5) return Status::Internal("the MILP solver's process returned too little");
   MilpSolution s;
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  s.proven_optimal = Cbc_isProvenOptimal(model) != 0;
-  s.proven_infeasible = Cbc_isProvenInfeasible(model) != 0;
-  const double* best = Cbc_bestSolution(model);
-  if (best != nullptr && !s.proven_infeasible) {
+  s.proven_optimal = (*packed)[0] != 0;
+  s.proven_infeasible = (*packed)[1] != 0;
+  if ((*packed)[2] != 0) {
     s.feasible = true;
-    s.x.assign(best, best + ncols);
-    s.objective = Cbc_getObjValue(model);
-    s.bound = Cbc_getBestPossibleObjValue(model);
+    s.objective = (*packed)[3];
+    s.bound = (*packed)[4];
+    s.x.assign(packed->begin() + 5, packed->end());
   }
-  Cbc_deleteModel(model);
   return s;
 }
 #endif

@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include "plan/contained.h"
+
 #ifdef FERRY_HAVE_CBC
 #include <Cbc_C_Interface.h>
 #include <Clp_C_Interface.h>
@@ -68,45 +70,62 @@ Result<LinearProgram::Solution> LinearProgram::solve(double time_limit_s, int ma
   std::transform(upper_.begin(), upper_.end(), ub.begin(), coin);
   std::transform(row_lower_.begin(), row_lower_.end(), rlb.begin(), coin);
   std::transform(row_upper_.begin(), row_upper_.end(), rub.begin(), coin);
+  // The solve runs in a child process (plan/contained.h): a solver abort ends only that process.
+  auto solve_here = [&]() {
+    Solution s;
+    if (!has_integers()) {
+      Clp_Simplex* model = Clp_newModel();
+      Clp_setLogLevel(model, 0);
+      Clp_loadProblem(model, ncols, nrows, col_start.data(), index.data(), value.data(), lb.data(), ub.data(),
+                      objective_.data(), rlb.data(), rub.data());
+      Clp_setMaximumSeconds(model, time_limit_s);
+      Clp_dual(model, 0);
+      const int status = Clp_status(model);  // 0 optimal, 1 infeasible, 2 unbounded, 3 stopped
+      s.optimal = status == 0;
+      s.infeasible = status == 1;
+      s.feasible = status == 0;
+      if (s.feasible) {
+        s.objective = s.bound = Clp_objectiveValue(model);
+        const double* x = Clp_getColSolution(model);
+        s.values.assign(x, x + ncols);
+      }
+      Clp_deleteModel(model);
+    } else {
+      Cbc_Model* model = Cbc_newModel();
+      Cbc_loadProblem(model, ncols, nrows, col_start.data(), index.data(), value.data(), lb.data(), ub.data(),
+                      objective_.data(), rlb.data(), rub.data());
+      for (int c = 0; c < ncols; ++c)
+        if (integer_[static_cast<size_t>(c)]) Cbc_setInteger(model, c);
+      Cbc_setLogLevel(model, 0);
+      Cbc_setMaximumSeconds(model, time_limit_s);
+      if (max_nodes > 0) Cbc_setMaximumNodes(model, max_nodes);
+      Cbc_solve(model);
+      s.optimal = Cbc_isProvenOptimal(model) != 0;
+      s.infeasible = Cbc_isProvenInfeasible(model) != 0;
+      const double* best = Cbc_bestSolution(model);
+      s.feasible = best != nullptr;
+      s.bound = Cbc_getBestPossibleObjValue(model);
+      if (s.feasible) {
+        s.objective = Cbc_getObjValue(model);
+        s.values.assign(best, best + ncols);
+      }
+      Cbc_deleteModel(model);
+    }
+    std::vector<double> packed = {s.optimal ? 1.0 : 0.0, s.infeasible ? 1.0 : 0.0, s.feasible ? 1.0 : 0.0, s.objective,
+                                  s.bound};
+    packed.insert(packed.end(), s.values.begin(), s.values.end());
+    return packed;
+  };
+  FERRY_ASSIGN_OR_RETURN(std::vector<double> packed,
+                         run_contained(has_integers() ? "the MILP solver (CBC)" : "the LP solver (Clp)", solve_here));
+  if (packed.size() < 5) return Status::Internal("the solver's process returned too little");
   Solution s;
-  if (!has_integers()) {
-    Clp_Simplex* model = Clp_newModel();
-    Clp_setLogLevel(model, 0);
-    Clp_loadProblem(model, ncols, nrows, col_start.data(), index.data(), value.data(), lb.data(), ub.data(),
-                    objective_.data(), rlb.data(), rub.data());
-    Clp_setMaximumSeconds(model, time_limit_s);
-    Clp_dual(model, 0);
-    const int status = Clp_status(model);  // 0 optimal, 1 infeasible, 2 unbounded, 3 stopped
-    s.optimal = status == 0;
-    s.infeasible = status == 1;
-    s.feasible = status == 0;
-    if (s.feasible) {
-      s.objective = s.bound = Clp_objectiveValue(model);
-      const double* x = Clp_getColSolution(model);
-      s.values.assign(x, x + ncols);
-    }
-    Clp_deleteModel(model);
-  } else {
-    Cbc_Model* model = Cbc_newModel();
-    Cbc_loadProblem(model, ncols, nrows, col_start.data(), index.data(), value.data(), lb.data(), ub.data(),
-                    objective_.data(), rlb.data(), rub.data());
-    for (int c = 0; c < ncols; ++c)
-      if (integer_[static_cast<size_t>(c)]) Cbc_setInteger(model, c);
-    Cbc_setLogLevel(model, 0);
-    Cbc_setMaximumSeconds(model, time_limit_s);
-    if (max_nodes > 0) Cbc_setMaximumNodes(model, max_nodes);
-    Cbc_solve(model);
-    s.optimal = Cbc_isProvenOptimal(model) != 0;
-    s.infeasible = Cbc_isProvenInfeasible(model) != 0;
-    const double* best = Cbc_bestSolution(model);
-    s.feasible = best != nullptr;
-    s.bound = Cbc_getBestPossibleObjValue(model);
-    if (s.feasible) {
-      s.objective = Cbc_getObjValue(model);
-      s.values.assign(best, best + ncols);
-    }
-    Cbc_deleteModel(model);
-  }
+  s.optimal = packed[0] != 0;
+  s.infeasible = packed[1] != 0;
+  s.feasible = packed[2] != 0;
+  s.objective = packed[3];
+  s.bound = packed[4];
+  s.values.assign(packed.begin() + 5, packed.end());
   s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return s;
 }
