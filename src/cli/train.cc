@@ -23,6 +23,8 @@
 #include "common/units.h"
 #include "cost/profile.h"
 #include "data/data.h"
+#include "loop/profile_cache.h"
+#include "loop/training_loop.h"
 #include "runtime/executor.h"
 
 namespace ferry::cli {
@@ -66,6 +68,11 @@ struct TrainCliOptions {
   PolicyOptions policy_options;
   std::string conv_algo = "auto";
   std::string op_times;
+  std::string profile_file;  // --profile: measured figures (the cache's format)
+  bool no_cache = false;
+  bool static_plan = false;  // plan once, never re-plan
+  double drift = 0.15;
+  std::string slow_tier;     // tests and benchmarks: "ssd:4@10"
   bool compare = false;  // also train unconstrained first and report the slowdown
   bool demo = false;     // no options at all: the built-in demo (33% with ferry, compared)
 };
@@ -86,19 +93,28 @@ struct TrainSetup {
   std::optional<BudgetSpec> budget;  // --budget as given
   uint64_t budget_bytes = 0;         // resolved; 0 = what the plan needs
   uint64_t no_swap_peak_bytes = 0;   // the keep plan's device bytes (0 when not needed)
-  std::optional<Schedule> schedule;  // policies other than none
-  std::optional<TieredPlan> tiered;  // the plan's tier needs and --host-budget (policies other than none)
-  std::string plan_summary;
+  Graph sized;                       // the graph with the backend's tensor sizes
+  std::vector<uint64_t> scratch;     // the backend's per-op scratch
+  HardwareProfile hw;                // --device
+  PlanFunction planner;              // what the training loop plans with
+  // The newest plan's tier needs and --host-budget (policies other than none), set by `planner`.
+  std::shared_ptr<std::optional<TieredPlan>> tiered = std::make_shared<std::optional<TieredPlan>>();
+  std::optional<MeasuredFigures> figures;  // known before training: --profile, --op-times, the cache
+  std::string figures_source = "profile";  // "file", "cache", or "profile" (the device's model)
+  std::optional<std::string> cache_path;   // where measured figures are cached (none: --no-cache)
+  ProfileKey cache_key;
   // The simulator's prediction of what runs, from the device profile and the op times of an
   // earlier run (--op-times); made when planning, or on request with --op-times.
   std::optional<SimResult> predicted;
   std::optional<Baseline> baseline;  // --compare
+  std::string profile_source;        // for the report: "measured", "cache", "file" or "profile"
 };
 
 // The iterations and what is derived from them.
 struct TrainResult {
   std::vector<IterationStats> iterations;
   std::vector<uint64_t> rss_bytes;                      // per iteration, after it (measured by the OS)
+  std::vector<LoopIteration> loop;                      // per iteration: its expectation and plan version
   std::vector<std::vector<TransferRecord>> transfers;   // per iteration after the first
   double median_ms = 0;  // of the iterations after the first (which pays one-time costs)
   ConvKernelUse convs;
@@ -124,6 +140,11 @@ Status check_train_options(const TrainCliOptions& o) {
   FERRY_RETURN_IF_ERROR(check_option_used(cmd, "--checksum", planned, "without --policy (nothing is swapped)"));
   FERRY_RETURN_IF_ERROR(check_option_used(cmd, "--ssd-dir", planned && o.tier == "ssd", "without --tier ssd"));
   FERRY_RETURN_IF_ERROR(check_option_used(cmd, "--host-budget", planned, "without --policy (nothing is swapped)"));
+  for (const char* loop : {"--profile", "--no-cache", "--static-plan", "--drift", "--test-slow-tier"})
+    FERRY_RETURN_IF_ERROR(check_option_used(cmd, loop, planned, "without --policy (nothing is planned)"));
+  FERRY_RETURN_IF_ERROR(check_option_used(cmd, "--drift", !o.static_plan, "with --static-plan"));
+  if (!o.profile_file.empty() && !o.op_times.empty())
+    return Status::InvalidArgument("--profile and --op-times both give op times: use one");
   FERRY_RETURN_IF_ERROR(check_option_used(cmd, "--device", planned || !o.op_times.empty(),
                                           "without --policy or --op-times (it is what plans and predictions use)"));
   FERRY_RETURN_IF_ERROR(check_option_used(cmd, "--swapin-ahead", o.policy == "lms", "without --policy lms"));
@@ -153,81 +174,168 @@ Result<TrainSetup> set_up_training(const TrainCliOptions& o) {
   return s;
 }
 
-// Resolves the budget and, for a policy other than none, plans for it with the backend's real
-// sizes; the executor then runs that plan (swaps through the tier, recomputes) and never
-// exceeds the budget. A percentage is of the keep plan's device bytes at those sizes, which is
-// what the executor needs without a policy.
+// Resolves the budget and prepares planning with the backend's real sizes: the plan function
+// the training loop calls (loop/training_loop.h), and the figures known before training (--profile,
+// --op-times, the profile cache). The loop plans, runs and re-plans; the executor never exceeds
+// the budget. A percentage is of the keep plan's device bytes at those sizes, which is what the
+// executor needs without a policy.
 Status plan_training(const TrainCliOptions& o, TrainSetup& s) {
   const bool planned = o.policy != "none";
-  const bool percent = s.budget && s.budget->percent;
-  const bool predict = planned || !o.op_times.empty();
-  if (!planned && !percent && !predict) {
-    s.budget_bytes = s.budget ? s.budget->bytes : 0;
-    return Status::Ok();
-  }
   FERRY_ASSIGN_OR_RETURN(Tier tier, parse_tier(o.tier));
-  FERRY_ASSIGN_OR_RETURN(HardwareProfile hw, load_profile(o.device));
-  Graph sized = s.graph;
-  if (!o.op_times.empty()) FERRY_RETURN_IF_ERROR(apply_op_times(sized, o.op_times));
-  FERRY_ASSIGN_OR_RETURN(std::vector<uint64_t> scratch, apply_backend_sizes(sized, s.backend_options));
-  CostModel cost(hw);
-  PlanContext ctx{.graph = sized, .cost = cost, .budget_bytes = 0, .tier = tier, .op_scratch_bytes = scratch,
-                  .options = o.policy_options};
-  ctx.recompute_only = o.tier == "none";
-  if (percent) {
-    FERRY_ASSIGN_OR_RETURN(PlanReport none, plan_policy("none", ctx));
-    s.no_swap_peak_bytes = none.device_bytes;
+  FERRY_ASSIGN_OR_RETURN(s.hw, load_profile(o.device));
+  s.sized = s.graph;
+  FERRY_ASSIGN_OR_RETURN(s.scratch, apply_backend_sizes(s.sized, s.backend_options));
+  if (s.budget && s.budget->percent) {
+    const CostModel cost(s.hw);
+    PlanContext none{.graph = s.sized, .cost = cost, .tier = tier, .op_scratch_bytes = s.scratch};
+    FERRY_ASSIGN_OR_RETURN(PlanReport keep, plan_policy("none", none));
+    s.no_swap_peak_bytes = keep.device_bytes;
   }
   s.budget_bytes = s.budget ? s.budget->resolve(s.no_swap_peak_bytes) : 0;
-  if (planned) {
-    ctx.budget_bytes = s.budget_bytes;
-    std::optional<BudgetSpec> host_budget;
-    if (!o.host_budget.empty()) {
-      Result<BudgetSpec> hb = parse_budget(o.host_budget);
-      if (!hb.ok()) return hb.status().with_context("--host-budget");
-      host_budget = *hb;
+  std::optional<BudgetSpec> host_budget;
+  if (!o.host_budget.empty()) {
+    Result<BudgetSpec> hb = parse_budget(o.host_budget);
+    if (!hb.ok()) return hb.status().with_context("--host-budget");
+    host_budget = *hb;
+  }
+
+  // Figures known before training.
+  if (!o.op_times.empty()) {
+    Graph timed = s.sized;
+    FERRY_RETURN_IF_ERROR(apply_op_times(timed, o.op_times));
+    MeasuredFigures f;
+    for (const Op& op : timed.ops) f.op_us.push_back(*op.time_us);
+    s.figures = f;
+    s.figures_source = "file";
+  }
+  s.cache_key = make_profile_key(s.sized, omp_get_max_threads(), std::string(to_string(s.backend_options.conv_algorithm)));
+  if (!o.profile_file.empty()) {
+    FERRY_ASSIGN_OR_RETURN(std::optional<MeasuredFigures> f, read_figures(o.profile_file, s.cache_key, s.sized.ops.size()));
+    if (!f) return Status::InvalidArgument(fmt::format("--profile {}: no such file", o.profile_file));
+    s.figures = *f;
+    s.figures_source = "file";
+  }
+  if (std::optional<std::string> dir = profile_cache_dir(); planned && !o.no_cache && dir)
+    s.cache_path = profile_cache_path(*dir, s.cache_key);
+  if (s.cache_path && !s.figures) {
+    Result<std::optional<MeasuredFigures>> cached = read_figures(*s.cache_path, s.cache_key, s.sized.ops.size());
+    if (cached.ok() && cached->has_value()) {
+      s.figures = **cached;
+      s.figures_source = "cache";
+    } else if (!cached.ok() && !o.json) {
+      std::fprintf(stderr, "ferry: note: ignoring the cached profile: %s\n", cached.status().message().c_str());
     }
-    Result<TieredPlan> plan = plan_tiered(o.policy, ctx, host_budget);
-    if (!plan.ok()) return with_conv_hint(plan.status(), s.graph, s.backend_options);
-    s.schedule = plan->report.schedule;
-    s.plan_summary = fmt::format("policy {}: {} tensors swapped to {}, {} recomputed", o.policy,
-                                 plan->report.swapped_tensors, o.tier, plan->report.recomputed_tensors);
-    if (plan->cascade && plan->cascade->moved_tensors > 0)
-      s.plan_summary += fmt::format("; host budget {}: {} of them ({}) spill to the SSD tier", plan->host_budget_text,
-                                    plan->cascade->moved_tensors, format_bytes(plan->cascade->moved_bytes));
-    s.tiered = std::move(*plan);
   }
-  if (predict) {
-    FERRY_ASSIGN_OR_RETURN(s.predicted, predict_iteration(sized, s.schedule ? *s.schedule : Schedule::keep_all(sized.ops.size()),
-                                                          cost, s.budget_bytes, scratch));
-  }
+
+  // The plan function: the policy for the budget on the loop's figures, then the host budget.
+  const std::string policy = o.policy;
+  const uint64_t budget = s.budget_bytes;
+  const std::vector<uint64_t> scratch = s.scratch;
+  const PolicyOptions options = o.policy_options;
+  const bool recompute_only = o.tier == "none";
+  std::shared_ptr<std::optional<TieredPlan>> latest = s.tiered;
+  s.planner = [=](const Graph& timed, const CostModel& cost) -> Result<Schedule> {
+    if (policy == "none") return Schedule::keep_all(timed.ops.size());
+    PlanContext ctx{.graph = timed, .cost = cost, .budget_bytes = budget, .tier = tier, .op_scratch_bytes = scratch,
+                    .options = options};
+    ctx.recompute_only = recompute_only;
+    FERRY_ASSIGN_OR_RETURN(TieredPlan plan, plan_tiered(policy, ctx, host_budget));
+    Schedule schedule = plan.report.schedule;
+    *latest = std::move(plan);
+    return schedule;
+  };
   return Status::Ok();
 }
 
-// Runs the iterations (measuring the process's resident set after each, and keeping every
-// iteration's transfers but the first's); a non-finite loss stops training.
-Result<TrainResult> run_iterations(Executor& e, DataSource& data, int64_t iters, bool show_progress) {
+// The plan's one-line summary (the newest plan).
+std::string plan_summary(const TrainCliOptions& o, const TrainSetup& s) {
+  if (!s.tiered->has_value()) return "";
+  const TieredPlan& plan = **s.tiered;
+  std::string out = fmt::format("policy {}: {} tensors swapped to {}, {} recomputed", o.policy,
+                                plan.report.swapped_tensors, o.tier, plan.report.recomputed_tensors);
+  if (plan.cascade && plan.cascade->moved_tensors > 0)
+    out += fmt::format("; host budget {}: {} of them ({}) spill to the SSD tier", plan.host_budget_text,
+                       plan.cascade->moved_tensors, format_bytes(plan.cascade->moved_bytes));
+  return out;
+}
+
+// The training loop's options for this run (the planned run, or with `baseline` the run without a
+// plan that --compare measures first).
+Result<LoopOptions> loop_options(const TrainCliOptions& o, const TrainSetup& s, bool baseline) {
+  LoopOptions lo;
+  lo.executor.seed = o.seed;
+  lo.profile = s.hw;
+  lo.op_scratch_bytes = s.scratch;
+  if (baseline) {
+    lo.measure_online = false;
+    lo.drift_threshold = 0;
+    return lo;
+  }
+  lo.executor.budget_bytes = s.budget_bytes;
+  lo.executor.ssd_dir = o.ssd_dir;
+  // The host tier is made at what the plan's placement needs, which plan_tiered() keeps within
+  // --host-budget; its own accounting then measures the peak.
+  lo.executor.checksum = o.checksum;
+  lo.executor.verify_memory = o.verify_memory;
+  lo.figures = s.figures;
+  lo.figures_source = s.figures_source;
+  const bool planned = o.policy != "none";
+  lo.measure_online = planned && !o.static_plan;
+  lo.drift_threshold = planned && !o.static_plan ? o.drift : 0;
+  if (s.cache_path) {
+    const std::string path = *s.cache_path;
+    const ProfileKey key = s.cache_key;
+    const bool quiet = o.json;
+    lo.on_figures = [path, key, quiet](const MeasuredFigures& f) {
+      if (Status st = write_figures(path, key, f); !st.ok() && !quiet)
+        std::fprintf(stderr, "ferry: note: the measured profile was not cached: %s\n", st.message().c_str());
+    };
+  }
+  if (!o.slow_tier.empty()) {
+    // "TIER:FACTOR@ITERATION"
+    const size_t colon = o.slow_tier.find(':'), at = o.slow_tier.find('@');
+    std::optional<Tier> which = colon == std::string::npos ? std::nullopt : tier_from_string(o.slow_tier.substr(0, colon));
+    char* end = nullptr;
+    const double factor = colon == std::string::npos ? 0 : std::strtod(o.slow_tier.c_str() + colon + 1, &end);
+    const long long from = at == std::string::npos ? -1 : std::atoll(o.slow_tier.c_str() + at + 1);
+    if (!which || !(factor >= 1 && factor <= 1000) || at == std::string::npos || end != o.slow_tier.c_str() + at || from < 0)
+      return Status::InvalidArgument(fmt::format(
+          "--test-slow-tier '{}': expected TIER:FACTOR@ITERATION, e.g. ssd:4@10 (factor in [1, 1000])", o.slow_tier));
+    lo.slowdown_tier = *which;
+    lo.slowdown_factor = factor;
+    lo.slowdown_from = from;
+  }
+  return lo;
+}
+
+// Runs the iterations through the training loop (measuring the process's resident set after
+// each, and keeping the transfers of the iterations after the first that ran the final plan); a
+// non-finite loss stops training.
+Result<TrainResult> run_iterations(TrainingLoop& loop, DataSource& data, int64_t iters, bool show_progress) {
   TrainResult r;
   auto fail = [&](Status s) {
     if (show_progress) std::fprintf(stderr, "\n");
     return s;
   };
   for (int64_t it = 0; it < iters; ++it) {
-    Result<IterationStats> st = e.run_iteration(it, data);
+    const size_t versions = loop.plan_versions().size();
+    Result<LoopIteration> st = loop.run_iteration(it, data);
     if (!st.ok()) return fail(st.status().with_context(fmt::format("iteration {}", it)));
-    r.iterations.push_back(*st);
+    r.iterations.push_back(st->stats);
+    r.loop.push_back(*st);
     r.rss_bytes.push_back(current_rss_bytes());
-    if (it > 0 || iters == 1) r.transfers.push_back(e.last_transfers());
-    if (!std::isfinite(st->loss))
-      return fail(Status::Internal(fmt::format("iteration {}: the loss is {} (diverged; lower --lr)", it, st->loss)));
-    if (show_progress) progress(it + 1, iters, st->time_ms, st->loss);
+    if (it > 0 || iters == 1) r.transfers.push_back(loop.executor().last_transfers());
+    if (loop.plan_versions().size() != versions) r.transfers.clear();  // the next iterations run a new plan
+    if (!std::isfinite(st->stats.loss))
+      return fail(Status::Internal(fmt::format("iteration {}: the loss is {} (diverged; lower --lr)", it, st->stats.loss)));
+    if (show_progress) progress(it + 1, iters, st->stats.time_ms, st->stats.loss);
   }
   return r;
 }
 
-Result<TrainResult> summarize(TrainResult r, const Executor& e) {
-  r.convs = conv_kernel_use(e.graph(), e.compiled());
-  FERRY_ASSIGN_OR_RETURN(r.extent_bytes, e.measured_extent_bytes());
+Result<TrainResult> summarize(TrainResult r, const TrainingLoop& loop) {
+  r.convs = conv_kernel_use(loop.executor().graph(), loop.executor().compiled());
+  FERRY_ASSIGN_OR_RETURN(r.extent_bytes, loop.measured_extent_bytes());
   std::vector<double> steady;
   for (size_t i = r.iterations.size() > 1 ? 1 : 0; i < r.iterations.size(); ++i)
     steady.push_back(r.iterations[i].time_ms);
@@ -240,15 +348,15 @@ Result<TrainResult> summarize(TrainResult r, const Executor& e) {
 // allocates what the keep plan needs), in this process, before the planned run.
 Result<Baseline> run_baseline(const TrainCliOptions& o, const TrainSetup& s, bool show_progress) {
   FERRY_ASSIGN_OR_RETURN(std::unique_ptr<DataSource> data, open_data(o.data, s.graph, o.seed));
-  ExecutorOptions eo;
-  eo.seed = o.seed;
-  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Executor> e, Executor::create(s.graph, *s.backend, eo, nullptr));
-  FERRY_RETURN_IF_ERROR(e->initialize());
-  FERRY_ASSIGN_OR_RETURN(TrainResult r, run_iterations(*e, *data, o.iters, show_progress));
-  FERRY_ASSIGN_OR_RETURN(r, summarize(std::move(r), *e));
+  FERRY_ASSIGN_OR_RETURN(LoopOptions lo, loop_options(o, s, /*baseline=*/true));
+  auto keep = [](const Graph& g, const CostModel&) -> Result<Schedule> { return Schedule::keep_all(g.ops.size()); };
+  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<TrainingLoop> loop, TrainingLoop::create(s.graph, s.sized, *s.backend, keep, lo));
+  FERRY_RETURN_IF_ERROR(loop->initialize());
+  FERRY_ASSIGN_OR_RETURN(TrainResult r, run_iterations(*loop, *data, o.iters, show_progress));
+  FERRY_ASSIGN_OR_RETURN(r, summarize(std::move(r), *loop));
   Baseline b;
   b.median_ms = r.median_ms;
-  b.measured_peak_bytes = e->measured_peak_bytes();
+  b.measured_peak_bytes = loop->measured_peak_bytes();
   for (const IterationStats& it : r.iterations) b.losses.push_back(it.loss);
   return b;
 }
@@ -261,8 +369,9 @@ bool same_losses(const Baseline& b, const TrainResult& r) {
 }
 
 // The JSON document of a run (--json).
-nlohmann::json train_report_json(const TrainCliOptions& o, const TrainSetup& s, const Executor& e,
+nlohmann::json train_report_json(const TrainCliOptions& o, const TrainSetup& s, const TrainingLoop& loop,
                                  const TrainResult& r) {
+  const Executor& e = loop.executor();
   nlohmann::json j;
   j["model"] = s.graph.info.model;
   j["batch"] = s.graph.info.batch;
@@ -275,21 +384,41 @@ nlohmann::json train_report_json(const TrainCliOptions& o, const TrainSetup& s, 
     j["iterations"].push_back({{"iter", r.iterations[i].iteration},
                                {"loss", r.iterations[i].loss},
                                {"time_ms", r.iterations[i].time_ms},
+                               {"expected_ms", r.loop[i].expected_ms},
+                               {"plan_version", r.loop[i].plan_version},
                                {"rss_bytes", r.rss_bytes[i]}});
   j["median_iter_ms"] = r.median_ms;
   // Measured: the executor's own accounting, an arena scan, the OS and the tiers' own counters.
-  j["measured_peak_bytes"] = e.measured_peak_bytes();
+  j["measured_peak_bytes"] = loop.measured_peak_bytes();
   j["measured_extent_bytes"] = r.extent_bytes;
   j["peak_rss_bytes"] = peak_rss_bytes();
-  j["host_tier_peak_bytes"] = e.host_tier_stats().peak_in_use_bytes;
-  j["ssd_tier_peak_bytes"] = e.ssd_tier_stats().peak_in_use_bytes;
+  j["host_tier_peak_bytes"] = loop.tier_peak_bytes(Tier::kHost);
+  j["ssd_tier_peak_bytes"] = loop.tier_peak_bytes(Tier::kSsd);
   j["host_tier_capacity_bytes"] = e.host_tier_stats().capacity_bytes;
-  j["host_budget_bytes"] = s.tiered && s.tiered->host_budget_bytes ? nlohmann::json(*s.tiered->host_budget_bytes)
-                                                                   : nlohmann::json();
-  if (s.tiered && s.tiered->cascade) {
-    j["spilled_to_ssd_tensors"] = s.tiered->cascade->moved_tensors;
-    j["spilled_to_ssd_bytes"] = s.tiered->cascade->moved_bytes;
+  const std::optional<TieredPlan>& tiered = *s.tiered;
+  j["host_budget_bytes"] = tiered && tiered->host_budget_bytes ? nlohmann::json(*tiered->host_budget_bytes)
+                                                               : nlohmann::json();
+  if (tiered && tiered->cascade) {
+    j["spilled_to_ssd_tensors"] = tiered->cascade->moved_tensors;
+    j["spilled_to_ssd_bytes"] = tiered->cascade->moved_bytes;
   }
+  // The dynamic loop: where the figures came from, every plan and why, what drifted.
+  j["profile_source"] = s.profile_source;
+  j["profile_cache"] = s.cache_path ? nlohmann::json(*s.cache_path) : nlohmann::json();
+  j["plan_versions"] = nlohmann::json::array();
+  for (const PlanVersion& v : loop.plan_versions())
+    j["plan_versions"].push_back({{"version", v.version},
+                                  {"from_iteration", v.from_iteration},
+                                  {"reason", v.reason},
+                                  {"figures", v.figures_source},
+                                  {"predicted_ms", v.predicted_ms},
+                                  {"planning_seconds", v.planning_seconds},
+                                  {"swapped_tensors", v.swapped_tensors},
+                                  {"recomputed_tensors", v.recomputed_tensors},
+                                  {"new_executor", v.new_executor}});
+  j["loop_events"] = nlohmann::json::array();
+  for (const LoopEvent& ev : loop.events())
+    j["loop_events"].push_back({{"after_iteration", ev.after_iteration}, {"what", ev.what}});
   // Predicted: the plan's figures.
   j["predicted_peak_bytes"] = e.predicted_peak_bytes();
   j["predicted_live_peak_bytes"] = e.predicted_live_peak_bytes();
@@ -302,7 +431,7 @@ nlohmann::json train_report_json(const TrainCliOptions& o, const TrainSetup& s, 
                       {"live_peak_bytes", s.predicted->peak_in_use_bytes},
                       {"peak_bytes", s.predicted->peak_device_bytes},
                       {"device", o.device},
-                      {"op_times", o.op_times.empty() ? "the device profile's cost model" : o.op_times}};
+                      {"figures", s.profile_source}};
     j["transfers"] = transfer_comparison(e.graph(), *s.predicted, r.transfers);
   }
   j["budget_bytes"] = e.budget_bytes();
@@ -311,9 +440,8 @@ nlohmann::json train_report_json(const TrainCliOptions& o, const TrainSetup& s, 
   j["persistent_bytes"] = e.persistent_region_bytes();
   j["policy"] = o.policy;
   j["tier"] = o.tier;
-  const TransferEngineStats ts = e.transfer_stats();
-  j["bytes_swapped_out"] = ts.bytes_out;
-  j["bytes_swapped_in"] = ts.bytes_in;
+  j["bytes_swapped_out"] = loop.bytes_moved(Direction::kSwapOut);
+  j["bytes_swapped_in"] = loop.bytes_moved(Direction::kSwapIn);
   if (s.baseline) {
     j["baseline"] = {{"median_iter_ms", s.baseline->median_ms},
                      {"measured_peak_bytes", s.baseline->measured_peak_bytes},
@@ -324,28 +452,39 @@ nlohmann::json train_report_json(const TrainCliOptions& o, const TrainSetup& s, 
 }
 
 // The human summary after the iterations.
-void print_train_summary(const TrainCliOptions& o, const TrainSetup& s, const Executor& e, const TrainResult& r) {
+void print_train_summary(const TrainCliOptions& o, const TrainSetup& s, const TrainingLoop& loop, const TrainResult& r) {
+  const Executor& e = loop.executor();
   std::printf("  loss            %.4f -> %.4f (first -> last iteration)\n", r.iterations.front().loss,
               r.iterations.back().loss);
   std::printf("  iteration time  median %.1f ms (first %.1f ms), measured\n", r.median_ms,
               r.iterations.front().time_ms);
   if (s.predicted)
-    std::printf("                  predicted %.1f ms on profile %s (op times: %s)\n", s.predicted->iteration_us / 1e3,
-                o.device.c_str(), o.op_times.empty() ? "its cost model" : o.op_times.c_str());
+    std::printf("                  predicted %.1f ms by the last plan (figures: %s; device profile %s)\n",
+                s.predicted->iteration_us / 1e3, s.profile_source.c_str(), o.device.c_str());
   std::printf("  device memory   measured: peak %s held, highest byte written at %s; budget %s\n",
-              format_bytes(e.measured_peak_bytes()).c_str(), format_bytes(r.extent_bytes).c_str(),
+              format_bytes(loop.measured_peak_bytes()).c_str(), format_bytes(r.extent_bytes).c_str(),
               format_bytes(e.budget_bytes()).c_str());
   std::printf("                  predicted: peak %s held, %s placed (weights+state %s)\n",
               format_bytes(e.predicted_live_peak_bytes()).c_str(), format_bytes(e.predicted_peak_bytes()).c_str(),
               format_bytes(e.persistent_region_bytes()).c_str());
   std::printf("  host memory     measured: process peak RSS %s", format_bytes(peak_rss_bytes()).c_str());
-  if (e.host_tier_stats().capacity_bytes > 0)
-    std::printf(", host tier peak %s", format_bytes(e.host_tier_stats().peak_in_use_bytes).c_str());
-  if (s.tiered && s.tiered->host_budget_bytes)
-    std::printf(" (host budget %s)", s.tiered->host_budget_text.c_str());
-  if (e.ssd_tier_stats().capacity_bytes > 0)
-    std::printf(", SSD tier peak %s", format_bytes(e.ssd_tier_stats().peak_in_use_bytes).c_str());
+  if (const uint64_t host = loop.tier_peak_bytes(Tier::kHost); host > 0)
+    std::printf(", host tier peak %s", format_bytes(host).c_str());
+  if (s.tiered->has_value() && (*s.tiered)->host_budget_bytes)
+    std::printf(" (host budget %s)", (*s.tiered)->host_budget_text.c_str());
+  if (const uint64_t ssd = loop.tier_peak_bytes(Tier::kSsd); ssd > 0)
+    std::printf(", SSD tier peak %s", format_bytes(ssd).c_str());
   std::printf("\n");
+  if (o.policy != "none") {
+    std::printf("  plans           figures: %s%s\n", s.profile_source.c_str(),
+                s.cache_path ? (" (cache " + *s.cache_path + ")").c_str() : "");
+    for (const PlanVersion& v : loop.plan_versions())
+      std::printf("    v%d from iteration %lld: %s; predicted %.1f ms, planned in %.2f s%s\n", v.version,
+                  static_cast<long long>(v.from_iteration), v.reason.c_str(), v.predicted_ms, v.planning_seconds,
+                  v.version > 0 && !v.new_executor ? " (same plan)" : "");
+    for (const LoopEvent& ev : loop.events())
+      std::printf("    after iteration %lld: %s\n", static_cast<long long>(ev.after_iteration), ev.what.c_str());
+  }
   if (o.verify_memory) std::printf("  memory checks   guards, poison and contents verified after every op: clean\n");
   if (r.convs.kernels > 0)
     std::printf("  convolutions    %s: %d of %d kernels Winograd, the rest direct\n",
@@ -358,7 +497,7 @@ void print_train_summary(const TrainCliOptions& o, const TrainSetup& s, const Ex
                 b.median_ms);
     const std::string planned = fmt::format("{} at {}", o.policy, s.budget ? s.budget->text : std::string("?"));
     std::printf("  %-26s %12s %14s %13.1f ms  %.2fx\n", planned.c_str(), format_bytes(e.budget_bytes()).c_str(),
-                format_bytes(e.measured_peak_bytes()).c_str(), r.median_ms, r.median_ms / b.median_ms);
+                format_bytes(loop.measured_peak_bytes()).c_str(), r.median_ms, r.median_ms / b.median_ms);
     std::printf("  need without a plan %s; losses bitwise identical: %s\n",
                 format_bytes(s.no_swap_peak_bytes > 0 ? s.no_swap_peak_bytes : b.measured_peak_bytes).c_str(),
                 same_losses(b, r) ? "yes" : "NO");
@@ -372,7 +511,7 @@ void print_train_header(const TrainCliOptions& o, const TrainSetup& s, const Exe
   std::printf("Training %s for %lld iterations on %s data, %d threads, budget %s (plan needs %s)\n",
               describe(s.graph).c_str(), static_cast<long long>(o.iters), s.data->name().c_str(),
               omp_get_max_threads(), budget.c_str(), format_bytes(e.predicted_peak_bytes()).c_str());
-  if (!s.plan_summary.empty()) std::printf("  %s\n", s.plan_summary.c_str());
+  if (const std::string summary = plan_summary(o, s); !summary.empty()) std::printf("  %s\n", summary.c_str());
 }
 
 int run_train(const TrainCliOptions& given) {
@@ -398,28 +537,25 @@ int run_train(const TrainCliOptions& given) {
     if (!b.ok()) return report(b.status().with_context("the run without a plan (--compare)"));
     s.baseline = std::move(*b);
   }
-  ExecutorOptions eo;
-  eo.budget_bytes = s.budget_bytes;
-  eo.seed = o.seed;
-  eo.ssd_dir = o.ssd_dir;
-  if (s.tiered && s.tiered->host_budget_bytes) eo.host_tier_bytes = *s.tiered->host_budget_bytes;
-  eo.checksum = o.checksum;
-  eo.verify_memory = o.verify_memory;
-  Result<std::unique_ptr<Executor>> ex =
-      Executor::create(s.graph, *s.backend, eo, s.schedule ? &*s.schedule : nullptr);
-  if (!ex.ok()) return report(with_conv_hint(ex.status(), s.graph, s.backend_options));
-  Executor& e = **ex;
-  if (Status st = e.initialize(); !st.ok()) return report(st);
+  Result<LoopOptions> lo = loop_options(o, s, /*baseline=*/false);
+  if (!lo.ok()) return report(lo.status());
+  Result<std::unique_ptr<TrainingLoop>> made = TrainingLoop::create(s.graph, s.sized, *s.backend, s.planner, *lo);
+  if (!made.ok()) return report(with_conv_hint(made.status(), s.graph, s.backend_options));
+  TrainingLoop& loop = **made;
+  if (Status st = loop.initialize(); !st.ok()) return report(st);
 
-  if (!o.json) print_train_header(o, s, e);
-  Result<TrainResult> iterations = run_iterations(e, *s.data, o.iters, show_progress);
+  if (!o.json) print_train_header(o, s, loop.executor());
+  Result<TrainResult> iterations = run_iterations(loop, *s.data, o.iters, show_progress);
   if (!iterations.ok()) return report(iterations.status());
-  Result<TrainResult> r = summarize(std::move(*iterations), e);
+  Result<TrainResult> r = summarize(std::move(*iterations), loop);
   if (!r.ok()) return report(r.status());
+  // The newest plan's prediction and where its figures came from.
+  if (o.policy != "none" || !o.op_times.empty()) s.predicted = loop.prediction();
+  s.profile_source = loop.plan_versions().back().figures_source;
   if (o.json) {
-    std::printf("%s\n", train_report_json(o, s, e, *r).dump(2).c_str());
+    std::printf("%s\n", train_report_json(o, s, loop, *r).dump(2).c_str());
   } else {
-    print_train_summary(o, s, e, *r);
+    print_train_summary(o, s, loop, *r);
   }
   if (s.baseline && !same_losses(*s.baseline, *r))
     return report(Status::Internal("the planned run's losses differ from the run without a plan: a memory-management "
@@ -461,6 +597,23 @@ void register_train(CLI::App& app, std::function<int()>& action) {
                   "Trace written by an earlier `ferry profile` of the same model and shape: plan and predict with its "
                   "measured op times. With it (or a --policy), the output gives the simulator's prediction of the "
                   "run beside the measurement: iteration time, peaks and every transfer");
+  cmd->add_option("--profile", o->profile_file,
+                  "Measured figures to plan from (op and link times, the format of the profile cache's files) instead "
+                  "of measuring them; they must be of this machine, model, shape, threads and --conv-algo");
+  cmd->add_flag("--no-cache", o->no_cache,
+                "Neither read nor write the profile cache ($XDG_CACHE_HOME/ferry/profiles, else ~/.cache/ferry/profiles)");
+  cmd->add_flag("--static-plan", o->static_plan,
+                "Plan once, before training, from --profile, the cache or the device profile, and never re-plan (no "
+                "online measurement, no drift re-planning)");
+  cmd->add_option("--drift", o->drift,
+                  "Re-plan when two iterations in a row take more than this fraction more or less than predicted and "
+                  "the measured op or link times changed as much (0: never)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 10.0));
+  cmd->add_option("--test-slow-tier", o->slow_tier,
+                  "Tests and benchmarks: TIER:FACTOR@ITERATION makes the tier's transfers FACTOR times slower from that "
+                  "iteration on (ssd:4@10), to watch the loop re-plan")
+      ->group("Testing");
   cmd->add_flag("--checksum", o->checksum, "Verify every swapped byte when it comes back");
   cmd->add_flag("--verify-memory", o->verify_memory,
                 "Check memory after every op: guard bytes around every tensor, poisoned free memory, and every tensor's "

@@ -82,6 +82,23 @@ Executor::~Executor() {
 Result<std::unique_ptr<Executor>> Executor::create(const Graph& graph, Backend& backend,
                                                    const ExecutorOptions& options, const Schedule* schedule) {
   FERRY_ASSIGN_OR_RETURN(std::unique_ptr<CompiledGraph> compiled, backend.compile(graph));
+  return create(graph, backend, options, schedule, std::move(compiled));
+}
+
+std::unique_ptr<CompiledGraph> Executor::take_compiled() {
+  engine_.reset();  // its threads may still be copying from or into the arena
+  host_tier_.reset();
+  ssd_tier_.reset();
+  verifier_.reset();
+  if (arena_) backend_.free(arena_);
+  arena_ = DevicePtr{};
+  return std::move(compiled_);
+}
+
+Result<std::unique_ptr<Executor>> Executor::create(const Graph& graph, Backend& backend,
+                                                   const ExecutorOptions& options, const Schedule* schedule,
+                                                   std::unique_ptr<CompiledGraph> compiled) {
+  FERRY_CHECK(compiled != nullptr, "Executor::create without a compiled graph");
   // Analyse and plan with the sizes the backend will really use.
   Graph sized = graph;
   for (Tensor& t : sized.tensors) t.bytes = compiled->tensor_bytes(t.id);
@@ -313,15 +330,45 @@ Status Executor::initialize() {
           host[i] = (2.0f * u - 1.0f) * bound;
         }
     }
-    const std::span<const std::byte> plain = std::as_bytes(std::span<const float>(host.data(), host.size()));
-    if (!resident_[t.id]) {
-      FERRY_RETURN_IF_ERROR(write_home_copy(t.id, plain));
-      continue;
-    }
-    FERRY_RETURN_IF_ERROR(compiled_->from_plain(t.id, plain, address_of(t.id)));
-    if (verifier_) FERRY_RETURN_IF_ERROR(verifier_->record(t.id, address_of(t.id), payload_bytes_of(t.id)));
+    FERRY_RETURN_IF_ERROR(store_persistent(t.id, std::as_bytes(std::span<const float>(host.data(), host.size()))));
   }
   optimizer_step_ = 0;
+  return Status::Ok();
+}
+
+Status Executor::store_persistent(TensorId t, std::span<const std::byte> plain) {
+  if (!resident_[t]) return write_home_copy(t, plain);
+  FERRY_RETURN_IF_ERROR(compiled_->from_plain(t, plain, address_of(t)));
+  if (verifier_) FERRY_RETURN_IF_ERROR(verifier_->record(t, address_of(t), payload_bytes_of(t)));
+  return Status::Ok();
+}
+
+Result<TrainingState> Executor::save_state() {
+  if (engine_) FERRY_RETURN_IF_ERROR(engine_->drain());
+  TrainingState state;
+  state.persistent.resize(graph_.tensors.size());
+  for (const Tensor& t : graph_.tensors) {
+    if (!t.persistent()) continue;
+    FERRY_ASSIGN_OR_RETURN(state.persistent[t.id], read_persistent(t.id));
+  }
+  state.optimizer_step = optimizer_step_;
+  return state;
+}
+
+Status Executor::restore_state(const TrainingState& state) {
+  if (state.persistent.size() != graph_.tensors.size())
+    return Status::InvalidArgument(fmt::format("training state of {} tensors, this graph has {}",
+                                               state.persistent.size(), graph_.tensors.size()));
+  for (const Tensor& t : graph_.tensors) {
+    if (!t.persistent()) continue;
+    const std::vector<std::byte>& plain = state.persistent[t.id];
+    const uint64_t expected = static_cast<uint64_t>(t.numel()) * dtype_size(t.dtype);
+    if (plain.size() != expected)
+      return Status::InvalidArgument(fmt::format("training state of '{}': {} bytes, expected {}", t.name,
+                                                 plain.size(), expected));
+    FERRY_RETURN_IF_ERROR(store_persistent(t.id, plain));
+  }
+  optimizer_step_ = state.optimizer_step;
   return Status::Ok();
 }
 

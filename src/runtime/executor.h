@@ -95,6 +95,15 @@ struct ExecutorOptions {
   PlanCorruption corruption = PlanCorruption::kNone;  // tests only
 };
 
+// A run's state between iterations, held outside any executor: the plain (row-major) value of
+// every persistent tensor (weights, optimizer state) and the optimizer's step count. Moving it
+// from one executor to another, e.g. one running a new plan, changes no number: the layouts'
+// conversions are exact copies.
+struct TrainingState {
+  std::vector<std::vector<std::byte>> persistent;  // per tensor id; empty for non-persistent tensors
+  int64_t optimizer_step = 0;
+};
+
 struct IterationStats {
   int64_t iteration = 0;
   float loss = 0;
@@ -110,6 +119,14 @@ class Executor {
   // InvalidArgument naming the step and tensor.
   static Result<std::unique_ptr<Executor>> create(const Graph& graph, Backend& backend,
                                                   const ExecutorOptions& options, const Schedule* schedule = nullptr);
+  // The same with `graph` already compiled on `backend` (compiled kernels do not depend on the
+  // plan: a new plan reuses them, see take_compiled()).
+  static Result<std::unique_ptr<Executor>> create(const Graph& graph, Backend& backend,
+                                                  const ExecutorOptions& options, const Schedule* schedule,
+                                                  std::unique_ptr<CompiledGraph> compiled);
+  // Hands the compiled graph to a successor and destroys what this executor holds (transfers
+  // drained, tiers and arena freed); the executor must not be used afterwards.
+  std::unique_ptr<CompiledGraph> take_compiled();
   ~Executor();
   Executor(const Executor&) = delete;
   Executor& operator=(const Executor&) = delete;
@@ -118,6 +135,11 @@ class Executor {
   // uniform for transformer matrices, 1/0 for norm scales/shifts, 0 for biases) and zero
   // optimizer state.
   Status initialize();
+  // The state after the last iteration (drains the transfers first), and a state restored in
+  // place of initialize(). restore_state errors: InvalidArgument when the state does not match
+  // this graph's persistent tensors (count or bytes).
+  Result<TrainingState> save_state();
+  Status restore_state(const TrainingState& state);
   // Runs one training iteration (forward, backward, update) on the batch `data` yields for it.
   // Errors: the backend's, the transfer engine's, and Internal naming the op and tensor when the
   // runtime's own checks find the plan corrupt (Note [Measured memory]).
@@ -167,6 +189,12 @@ class Executor {
   // Wall time of every op in the last iteration, in microseconds (record_op_times only).
   const std::vector<double>& op_times_us() const { return op_times_us_; }
 
+  // Tests and benchmarks: the tier's transfers take `factor` times as long from now on
+  // (SwapTier::set_slowdown); nothing when the plan does not use the tier.
+  void set_tier_slowdown(Tier t, double factor) {
+    if (SwapTier* where = t == Tier::kHost ? host_tier_.get() : ssd_tier_.get()) where->set_slowdown(factor);
+  }
+
   // Plain row-major copy of a persistent tensor (weights, optimizer state), for checks; an
   // offloaded one is read from its tier.
   Result<std::vector<std::byte>> read_persistent(TensorId t);
@@ -206,6 +234,8 @@ class Executor {
   Status end_iteration();
   // Writes an offloaded persistent tensor's initial value to its home tier.
   Status write_home_copy(TensorId t, std::span<const std::byte> plain);
+  // Writes a persistent tensor's plain value where it lives between iterations (device or tier).
+  Status store_persistent(TensorId t, std::span<const std::byte> plain);
 
   Graph graph_;
   Backend& backend_;

@@ -2,6 +2,9 @@
 #include "runtime/tiers.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <thread>
 #include <cstring>
 #include <tuple>
 #include <utility>
@@ -211,7 +214,9 @@ Status SwapTier::write(const SwapSlot& slot, const SwapEndpoint& src) {
   FERRY_RETURN_IF_ERROR(begin_transfer(slot, /*is_write=*/true, src.bytes(), &unused));
   std::optional<Hash64> hash;
   if (checksum_) hash.emplace();
+  const auto start = std::chrono::steady_clock::now();
   Status st = store(slot, src, hash ? &*hash : nullptr);
+  slow_down(start);
   end_transfer(slot, /*is_write=*/true, st.ok(), hash ? hash->digest() : 0);
   return st;
 }
@@ -221,7 +226,9 @@ Status SwapTier::read(const SwapSlot& slot, const SwapEndpoint& dst) {
   FERRY_RETURN_IF_ERROR(begin_transfer(slot, /*is_write=*/false, dst.bytes(), &expected));
   std::optional<Hash64> hash;
   if (checksum_) hash.emplace();
+  const auto start = std::chrono::steady_clock::now();
   Status st = load(slot, dst, hash ? &*hash : nullptr);
+  slow_down(start);
   if (st.ok() && hash && hash->digest() != expected)
     st = Status::Internal(fmt::format(
         "{} tier: checksum mismatch for tensor {}: stored 0x{:016x}, read back 0x{:016x} ({} at offset {}); the "
@@ -256,6 +263,17 @@ TierStats SwapTier::stats() const {
   s.peak_in_use_bytes = peak_in_use_bytes_;
   s.live_slots = slots_.size();
   return s;
+}
+
+void SwapTier::set_slowdown(double factor) {
+  FERRY_CHECK(factor >= 1.0 && std::isfinite(factor), "{} tier: slowdown {} must be >= 1", name_, factor);
+  slowdown_.store(factor);
+}
+
+void SwapTier::slow_down(std::chrono::steady_clock::time_point start) const {
+  const double factor = slowdown_.load();
+  if (factor <= 1.0) return;
+  std::this_thread::sleep_for((std::chrono::steady_clock::now() - start) * (factor - 1.0));
 }
 
 void SwapTier::reset_peaks() {

@@ -32,6 +32,8 @@
 //   (*host)->release(*slot);                                    // the copy is dropped
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -170,6 +172,9 @@ class SwapTier {
   TierStats stats() const;
   // Starts a new peak window (e.g. at an iteration boundary).
   void reset_peaks();
+  // Tests and benchmarks: every later write and read takes `factor` (>= 1) times as long as the
+  // medium did (it sleeps the difference after the medium finishes), as a disk that slowed down.
+  void set_slowdown(double factor);
 
  protected:
   // `alignment`: of every slot's offset and size in the medium (64 for memory, 4096 for direct I/O).
@@ -195,6 +200,8 @@ class SwapTier {
   // Marks a transfer of `slot` as running, or explains why it may not start.
   Status begin_transfer(const SwapSlot& slot, bool is_write, uint64_t endpoint_bytes, uint64_t* checksum);
   void end_transfer(const SwapSlot& slot, bool is_write, bool ok, uint64_t checksum);
+  // Sleeps (slowdown - 1) x the time since `start` (set_slowdown).
+  void slow_down(std::chrono::steady_clock::time_point start) const;
 
   const std::string name_;
   const Tier kind_;
@@ -208,6 +215,7 @@ class SwapTier {
   std::map<uint64_t, std::pair<uint64_t, TensorId>> live_fixed_;
   uint64_t in_use_bytes_ = 0, peak_in_use_bytes_ = 0;  // live slots after rounding
   uint64_t next_generation_ = 1;
+  std::atomic<double> slowdown_{1.0};
   TierStats counters_;  // the transfer and failure counters
 };
 

@@ -1,0 +1,213 @@
+// The dynamic loop (loop/training_loop.h): re-planning at iteration boundaries never changes a
+// number, the first plan is re-made from what the first iterations measured, drift is decided
+// from a streak of iterations, and a slower disk's figures move the plan away from the disk.
+#include "loop/training_loop.h"
+
+#include <cstring>
+#include <filesystem>
+
+#include <gtest/gtest.h>
+
+#include "cost/profile.h"
+#include "graph/zoo/zoo.h"
+#include "plan/policies.h"
+
+namespace ferry {
+namespace {
+
+constexpr int kIters = 6;
+
+Graph model() {
+  ModelConfig c;
+  c.batch = 4;
+  c.train.optimizer = OptimizerKind::kAdam;
+  c.train.lr = 1e-3f;
+  return build_model("resnet-mini", c).value();
+}
+
+struct Sized {
+  Graph graph;
+  std::vector<uint64_t> scratch;
+  uint64_t none_bytes = 0;
+};
+
+Sized sized_of(const Graph& g, Backend& backend) {
+  Sized s{.graph = g};
+  auto compiled = backend.compile(g).value();
+  for (Tensor& t : s.graph.tensors) t.bytes = compiled->tensor_bytes(t.id);
+  s.scratch = compiled->all_scratch_bytes();
+  const CostModel cost(load_profile("cpu-local").value());
+  PlanContext ctx{.graph = s.graph, .cost = cost, .op_scratch_bytes = s.scratch};
+  s.none_bytes = plan_policy("none", ctx).value().device_bytes;
+  return s;
+}
+
+PlanFunction planner(const std::vector<uint64_t>& scratch, uint64_t budget, Tier tier,
+                     std::vector<std::string> policies) {
+  auto calls = std::make_shared<size_t>(0);
+  return [=](const Graph& timed, const CostModel& cost) -> Result<Schedule> {
+    PlanContext ctx{.graph = timed, .cost = cost, .budget_bytes = budget, .tier = tier, .op_scratch_bytes = scratch};
+    const std::string& policy = policies[(*calls)++ % policies.size()];
+    FERRY_ASSIGN_OR_RETURN(PlanReport r, plan_policy(policy, ctx));
+    return r.schedule;
+  };
+}
+
+struct Outcome {
+  std::vector<float> losses;
+  std::vector<std::vector<std::byte>> persistent;
+};
+
+Outcome reference(const Graph& g, Backend& backend) {
+  auto e = Executor::create(g, backend, ExecutorOptions{.seed = 3}).value();
+  EXPECT_TRUE(e->initialize().ok());
+  auto data = make_synthetic_data(3);
+  Outcome o;
+  for (int i = 0; i < kIters; ++i) o.losses.push_back(e->run_iteration(i, *data).value().loss);
+  for (const Tensor& t : g.tensors)
+    if (t.persistent()) o.persistent.push_back(e->read_persistent(t.id).value());
+  return o;
+}
+
+// The loop re-plans at every boundary and the planner alternates policies, so the executor is
+// rebuilt every time: the numbers are those of a run without a plan.
+TEST(TrainingLoop, ReplanningAtEveryBoundaryChangesNoNumber) {
+  const Graph g = model();
+  auto backend = make_backend("cpu").value();
+  const Outcome want = reference(g, *backend);
+  const Sized s = sized_of(g, *backend);
+  const uint64_t budget = s.none_bytes * 85 / 100;  // every policy of the three fits
+  for (Tier tier : {Tier::kHost, Tier::kSsd}) {
+    SCOPED_TRACE(std::string(to_string(tier)));
+    LoopOptions o;
+    o.executor.budget_bytes = budget;
+    o.executor.seed = 3;
+    o.executor.checksum = true;
+    o.executor.ssd_dir = std::filesystem::temp_directory_path().string();
+    o.profile = load_profile("cpu-local").value();
+    o.op_scratch_bytes = s.scratch;
+    o.measure_iterations = 1;
+    o.replan_every = 1;
+    auto loop = TrainingLoop::create(g, s.graph, *backend, planner(s.scratch, budget, tier, {"vdnn-all", "capuchin", "lru"}),
+                                     o);
+    ASSERT_TRUE(loop.ok()) << loop.status().message();
+    ASSERT_TRUE((*loop)->initialize().ok());
+    auto data = make_synthetic_data(3);
+    std::vector<float> losses;
+    for (int i = 0; i < kIters; ++i) {
+      Result<LoopIteration> it = (*loop)->run_iteration(i, *data);
+      ASSERT_TRUE(it.ok()) << it.status().message();
+      losses.push_back(it->stats.loss);
+      EXPECT_LE((*loop)->executor().measured_peak_bytes(), budget);
+    }
+    int rebuilt = 0;
+    for (const PlanVersion& v : (*loop)->plan_versions()) rebuilt += v.new_executor ? 1 : 0;
+    EXPECT_GE(rebuilt, kIters - 1) << "the executor must really have been replaced";
+    EXPECT_EQ((*loop)->plan_versions()[1].figures_source, "measured");
+    EXPECT_EQ((*loop)->plan_versions()[1].from_iteration, 1);
+    EXPECT_LE((*loop)->measured_peak_bytes(), budget);
+    EXPECT_EQ(0, std::memcmp(losses.data(), want.losses.data(), sizeof(float) * kIters));
+    size_t k = 0;
+    for (const Tensor& t : g.tensors) {
+      if (!t.persistent()) continue;
+      Result<std::vector<std::byte>> w = (*loop)->executor().read_persistent(t.id);
+      ASSERT_TRUE(w.ok());
+      EXPECT_TRUE(*w == want.persistent[k++]) << t.name << " differs";
+    }
+  }
+}
+
+TEST(TrainingLoop, KnownFiguresAreNotMeasuredAgain) {
+  const Graph g = model();
+  auto backend = make_backend("cpu").value();
+  const Sized s = sized_of(g, *backend);
+  LoopOptions o;
+  o.executor.budget_bytes = s.none_bytes * 7 / 10;
+  o.profile = load_profile("cpu-local").value();
+  o.op_scratch_bytes = s.scratch;
+  o.drift_threshold = 0;  // no drift re-plans either
+  MeasuredFigures f;
+  f.op_us.assign(g.ops.size(), 100.0);
+  o.figures = f;
+  o.figures_source = "cache";
+  auto loop = TrainingLoop::create(g, s.graph, *backend, planner(s.scratch, o.executor.budget_bytes, Tier::kHost, {"ferry"}), o);
+  ASSERT_TRUE(loop.ok()) << loop.status().message();
+  ASSERT_TRUE((*loop)->initialize().ok());
+  auto data = make_synthetic_data(1);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE((*loop)->run_iteration(i, *data).ok());
+  ASSERT_EQ((*loop)->plan_versions().size(), 1u);
+  EXPECT_EQ((*loop)->plan_versions()[0].figures_source, "cache");
+  // Its prediction used the known op times: 100 us per op plus transfers and stalls.
+  EXPECT_GE((*loop)->plan_versions()[0].predicted_ms, 0.1 * static_cast<double>(g.ops.size()) - 1e-9);
+  EXPECT_TRUE((*loop)->measured().has_value()) << "iterations are still measured";
+}
+
+TEST(DriftWatch, NeedsAStreakOfDriftingIterations) {
+  DriftWatch w(0.15, 2);
+  w.expect(100);
+  EXPECT_FALSE(w.add(130));  // one
+  EXPECT_FALSE(w.add(110));  // back within 15%: the streak ends
+  EXPECT_FALSE(w.add(80));
+  EXPECT_TRUE(w.add(70));    // two in a row, either way
+  EXPECT_DOUBLE_EQ(w.streak_mean_ms(), 75);
+  w.expect(75);
+  EXPECT_FALSE(w.add(80));
+  EXPECT_FALSE(w.add(76));
+  DriftWatch off(0, 2);
+  off.expect(100);
+  EXPECT_FALSE(off.add(1000));
+  EXPECT_FALSE(off.add(1000));
+}
+
+TEST(DriftWatch, FiguresExplainADriftWhenThePlanPredictedOnThemClosesHalfTheGap) {
+  // Measured 150 ms, the plan predicted 100: figures that predict 140 explain it, 110 do not.
+  EXPECT_TRUE(figures_explain(150, 1.0, 100, 140));
+  EXPECT_TRUE(figures_explain(150, 1.0, 100, 125));
+  EXPECT_FALSE(figures_explain(150, 1.0, 100, 110));
+  EXPECT_FALSE(figures_explain(150, 1.0, 100, 100)) << "unchanged figures never explain a drift";
+  // With a learnt scale of 1.5 (the simulator predicts 2/3 of the truth), 100 -> 150 expected.
+  EXPECT_FALSE(figures_explain(225, 1.5, 100, 100));
+  EXPECT_FALSE(figures_explain(150, 1.5, 100, 100)) << "no gap, nothing to explain";
+  EXPECT_TRUE(figures_explain(300, 1.5, 100, 190));
+  EXPECT_TRUE(figures_explain(60, 1.0, 100, 65)) << "faster, too";
+}
+
+// What the loop re-plans from when the disk slows down: with the SSD links four times slower the
+// planner moves fewer bytes through the disk, and its plan is predicted faster on those figures
+// than the plan made for the fast disk.
+TEST(TrainingLoop, SlowerDiskFiguresMoveThePlanOffTheDisk) {
+  const Graph g = model();
+  auto backend = make_backend("cpu").value();
+  const Sized s = sized_of(g, *backend);
+  const HardwareProfile base = load_profile("cpu-local").value();
+  MeasuredFigures fast;
+  fast.op_us = CostModel(base).op_times_us(s.graph);
+  const CostModel base_cost(base);
+  fast.links[static_cast<size_t>(Link::kSsdWrite)] = LinkFit{.bytes_per_s = base.storage.write_bytes_per_s};
+  fast.links[static_cast<size_t>(Link::kSsdRead)] = LinkFit{.bytes_per_s = base.storage.read_bytes_per_s};
+  MeasuredFigures slow = fast;
+  slow.links[static_cast<size_t>(Link::kSsdWrite)]->bytes_per_s /= 4;
+  slow.links[static_cast<size_t>(Link::kSsdRead)]->bytes_per_s /= 4;
+  const uint64_t budget = s.none_bytes * 7 / 10;
+  const PlanFunction plan = planner(s.scratch, budget, Tier::kSsd, {"ferry"});
+  auto timed = [&](const MeasuredFigures& f) {
+    Graph t = s.graph;
+    apply_op_times(f, t);
+    return t;
+  };
+  const Graph tf = timed(fast), ts = timed(slow);
+  const CostModel fast_cost(apply_links(fast, base)), slow_cost(apply_links(slow, base));
+  Result<Schedule> for_fast = plan(tf, fast_cost);
+  Result<Schedule> for_slow = plan(ts, slow_cost);
+  ASSERT_TRUE(for_fast.ok()) << for_fast.status().message();
+  ASSERT_TRUE(for_slow.ok()) << for_slow.status().message();
+  SimOptions so{.budget_bytes = budget, .op_scratch_bytes = s.scratch, .record_timeline = false};
+  const SimResult old_on_slow = simulate(ts, *for_fast, slow_cost, so).value();
+  const SimResult new_on_slow = simulate(ts, *for_slow, slow_cost, so).value();
+  EXPECT_TRUE(old_on_slow.feasible && new_on_slow.feasible);
+  EXPECT_LE(new_on_slow.bytes_ssd_write, old_on_slow.bytes_ssd_write);
+  EXPECT_LE(new_on_slow.iteration_us, old_on_slow.iteration_us);
+}
+
+}  // namespace
+}  // namespace ferry
