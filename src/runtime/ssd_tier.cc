@@ -19,6 +19,19 @@
 // io_uring by default, with registered staging buffers (pinned once, not per request); threads
 // where io_uring is unavailable. 1 MiB x 4 is the default: at the plateau, with 8 MiB of staging
 // for the two channels.
+//
+// Note [Coded slots]
+// With a codec, chunk k of a slot (input bytes [k * chunk_bytes, ...)) is encoded as chunk k of a
+// frame (FrameEncoder over the tensor's bytes, in chunks of chunk_bytes) into a staging buffer laid
+// out as [4 KiB - 16: chunk header][4 KiB: payload, zero-padded to 4 KiB]; the payload is written at
+// slot.offset + k * chunk_bytes, the header is kept in memory (CodedSlot). Reading chunk k reads
+// align_up(payload, 4 KiB) bytes to the same place in a staging buffer, puts the header back in
+// front and decodes the record (decode_chunk) into the channel's plain buffer, which is then
+// copied to the destination. The frame's identity (codec, size, chunk size) is rebuilt from the
+// slot and the tier's options, so nothing else is stored. Why not one contiguous frame per slot:
+// fixed chunk places keep the slot's size and offsets exactly as raw (space accounting and
+// fix_slots unchanged), and let every chunk be read with one request whose size is known up
+// front, so reads stay queue_depth deep without first reading headers from disk.
 #include "runtime/ssd_tier.h"
 
 #include <fcntl.h>
@@ -231,8 +244,11 @@ class ThreadQueue final : public Queue {
 
 struct SsdTier::Channel {
   std::unique_ptr<ssd_io::Queue> queue;
-  std::byte* staging = nullptr;  // queue_depth buffers of chunk_bytes
+  std::byte* staging = nullptr;  // queue_depth buffers of buffer_stride_ bytes
   bool busy = false;
+  // With a codec: the coding state, and one chunk of plain (decoded) bytes.
+  std::unique_ptr<CodecContext> codec;
+  std::vector<std::byte> plain;
 };
 
 // One chunk of a transfer, in staging buffer `buffer` of the channel.
@@ -247,6 +263,7 @@ struct SsdTier::Request {
   bool done = false;         // result is valid
   bool injected = false;     // result comes from SsdFault
   bool submit_failed = false;
+  bool corrupt = false;      // SsdFault::kCorrupt: flip the first byte once the read completes
   int64_t result = 0;        // bytes moved, or -errno
 };
 
@@ -265,6 +282,13 @@ Result<std::unique_ptr<SsdTier>> SsdTier::create(const SsdTierOptions& options) 
     return Status::InvalidArgument(fmt::format("{} tier: queue_depth must be in 1..64, got {}", name, options.queue_depth));
   if (options.channels < 1 || options.channels > 16)
     return Status::InvalidArgument(fmt::format("{} tier: channels must be in 1..16, got {}", name, options.channels));
+  if (is_lossy(options.codec))
+    return Status::InvalidArgument(fmt::format("{} tier: codec {} is lossy; the tier stores bytes losslessly", name,
+                                               to_string(options.codec)));
+  if (options.codec != CodecId::kNone && options.chunk_bytes > kMaxChunkBytes)
+    return Status::InvalidArgument(fmt::format("{} tier: with codec {}, chunk_bytes must be at most {}, got {}", name,
+                                               to_string(options.codec), bytes_text(kMaxChunkBytes),
+                                               bytes_text(options.chunk_bytes)));
   struct stat st {};
   if (options.directory.empty() || ::stat(options.directory.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     return Status::InvalidArgument(
@@ -308,7 +332,9 @@ Result<std::unique_ptr<SsdTier>> SsdTier::create(const SsdTierOptions& options) 
   if (!options.keep_files_visible) tier->remove_files();
 
   // The staging pool, pre-faulted so that the first transfers do not pay page faults.
-  const uint64_t per_channel = static_cast<uint64_t>(options.queue_depth) * options.chunk_bytes;
+  const bool coded = options.codec != CodecId::kNone;
+  tier->buffer_stride_ = options.chunk_bytes + (coded ? kBlock : 0);
+  const uint64_t per_channel = static_cast<uint64_t>(options.queue_depth) * tier->buffer_stride_;
   tier->staging_bytes_ = per_channel * static_cast<uint64_t>(options.channels);
   tier->staging_ = static_cast<std::byte*>(std::aligned_alloc(kBlock, tier->staging_bytes_));
   if (tier->staging_ == nullptr)
@@ -322,7 +348,11 @@ Result<std::unique_ptr<SsdTier>> SsdTier::create(const SsdTierOptions& options) 
     channel->staging = tier->staging_ + static_cast<uint64_t>(c) * per_channel;
     std::vector<iovec> buffers(static_cast<size_t>(options.queue_depth));
     for (size_t b = 0; b < buffers.size(); ++b)
-      buffers[b] = iovec{channel->staging + b * options.chunk_bytes, options.chunk_bytes};
+      buffers[b] = iovec{channel->staging + b * tier->buffer_stride_, tier->buffer_stride_};
+    if (coded) {
+      channel->codec = std::make_unique<CodecContext>(options.codec_options);
+      channel->plain.assign(options.chunk_bytes, std::byte{0});
+    }
     Result<std::unique_ptr<ssd_io::Queue>> queue = Status::Internal("no I/O mechanism chosen");
     if (io == SsdIo::kAuto || io == SsdIo::kUring) {
       queue = ssd_io::UringQueue::create(tier->fd_, static_cast<unsigned>(options.queue_depth), buffers);
@@ -357,6 +387,16 @@ void SsdTier::remove_files() {
   }
 }
 
+SsdIoStats SsdTier::io_stats() const {
+  return {.disk_bytes_written = disk_bytes_[0].load(), .disk_bytes_read = disk_bytes_[1].load()};
+}
+
+std::byte* SsdTier::buffer(Channel& channel, uint32_t b) const { return channel.staging + uint64_t{b} * buffer_stride_; }
+
+std::byte* SsdTier::io_start(Channel& channel, uint32_t b) const {
+  return buffer(channel, b) + (options_.codec != CodecId::kNone ? kBlock : 0);
+}
+
 SsdTier::Channel& SsdTier::acquire_channel() {
   std::unique_lock lock(channel_mu_);
   for (;;) {
@@ -382,13 +422,18 @@ void SsdTier::submit(Channel& channel, Request& r) {
   r.done = false;
   r.injected = false;
   r.submit_failed = false;
+  r.corrupt = false;
   r.result = 0;
   uint64_t len = r.io_bytes;
+  std::byte* buf = io_start(channel, r.buffer);
   const SsdFault& fault = options_.fault;
   const auto op = r.op == ssd_io::Op::kWrite ? SsdFault::Op::kWrite : SsdFault::Op::kRead;
   if (fault.kind != SsdFault::Kind::kNone && fault.op == op) {
     const uint64_t before = requested_bytes_[static_cast<int>(op)].fetch_add(len);
-    if (before + len > fault.after_bytes) {
+    if (before + len > fault.after_bytes && fault.kind == SsdFault::Kind::kCorrupt) {
+      if (op == SsdFault::Op::kWrite && len > 0) buf[0] ^= std::byte{0x5a};
+      else r.corrupt = true;  // flipped by the reader once the bytes arrived
+    } else if (before + len > fault.after_bytes) {
       r.injected = true;
       if (fault.kind == SsdFault::Kind::kShortTransfer) {
         len = fault.after_bytes > before ? (fault.after_bytes - before) / kBlock * kBlock : 0;
@@ -402,7 +447,10 @@ void SsdTier::submit(Channel& channel, Request& r) {
       }
     }
   }
-  std::byte* buf = channel.staging + static_cast<uint64_t>(r.buffer) * options_.chunk_bytes;
+  if (len == 0) {  // nothing to move (never happens with 4 KiB rounding, but cheap to honour)
+    r.done = true;
+    return;
+  }
   int rc = channel.queue->submit(r.op, buf, len, r.file_offset, r.buffer);
   if (rc < 0) {
     r.done = true;
@@ -423,6 +471,7 @@ void SsdTier::await(Channel& channel, Request& r, std::vector<Request>& requests
     requests[tag].in_flight = false;
     requests[tag].done = true;
     requests[tag].result = result;
+    if (result > 0) disk_bytes_[requests[tag].op == ssd_io::Op::kWrite ? 0 : 1].fetch_add(static_cast<uint64_t>(result));
   }
 }
 
@@ -444,6 +493,21 @@ Status SsdTier::check(const Request& r, const SwapSlot& slot) const {
 
 Status SsdTier::store(const SwapSlot& slot, const SwapEndpoint& src, Hash64* hash) {
   Channel& channel = acquire_channel();
+  Status s = options_.codec == CodecId::kNone ? store_raw(channel, slot, src, hash)
+                                              : store_coded(channel, slot, src, hash);
+  release_channel(channel);
+  return s;
+}
+
+Status SsdTier::load(const SwapSlot& slot, const SwapEndpoint& dst, Hash64* hash) {
+  Channel& channel = acquire_channel();
+  Status s = options_.codec == CodecId::kNone ? load_raw(channel, slot, dst, hash)
+                                              : load_coded(channel, slot, dst, hash);
+  release_channel(channel);
+  return s;
+}
+
+Status SsdTier::store_raw(Channel& channel, const SwapSlot& slot, const SwapEndpoint& src, Hash64* hash) {
   const uint64_t chunk = options_.chunk_bytes;
   const uint64_t depth = static_cast<uint64_t>(options_.queue_depth);
   const uint64_t chunks = (slot.bytes + chunk - 1) / chunk;
@@ -464,7 +528,7 @@ Status SsdTier::store(const SwapSlot& slot, const SwapEndpoint& src, Hash64* has
     r.data_bytes = std::min(chunk, slot.bytes - r.data_offset);
     r.io_bytes = align_up(r.data_bytes, kBlock);
     r.file_offset = slot.offset + r.data_offset;
-    std::byte* buf = channel.staging + r.buffer * chunk;
+    std::byte* buf = buffer(channel, r.buffer);
     error = src.copy_out(r.data_offset, {buf, r.data_bytes});
     if (!error.ok()) {
       error = error.with_context(fmt::format("{} tier: write of tensor {}", name(), slot.tensor));
@@ -481,12 +545,10 @@ Status SsdTier::store(const SwapSlot& slot, const SwapEndpoint& src, Hash64* has
     if (error.ok()) error = check(r, slot);
     r.done = false;
   }
-  release_channel(channel);
   return error;
 }
 
-Status SsdTier::load(const SwapSlot& slot, const SwapEndpoint& dst, Hash64* hash) {
-  Channel& channel = acquire_channel();
+Status SsdTier::load_raw(Channel& channel, const SwapSlot& slot, const SwapEndpoint& dst, Hash64* hash) {
   const uint64_t chunk = options_.chunk_bytes;
   const uint64_t depth = static_cast<uint64_t>(options_.queue_depth);
   const uint64_t chunks = (slot.bytes + chunk - 1) / chunk;
@@ -511,7 +573,8 @@ Status SsdTier::load(const SwapSlot& slot, const SwapEndpoint& dst, Hash64* hash
     error = check(r, slot);
     r.done = false;
     if (!error.ok()) break;
-    std::byte* buf = channel.staging + r.buffer * chunk;
+    std::byte* buf = buffer(channel, r.buffer);
+    if (r.corrupt) buf[0] ^= std::byte{0x5a};
     if (hash) hash->update({buf, r.data_bytes});
     error = dst.copy_in(r.data_offset, {buf, r.data_bytes});
     if (!error.ok()) {
@@ -523,7 +586,137 @@ Status SsdTier::load(const SwapSlot& slot, const SwapEndpoint& dst, Hash64* hash
   // Drain, as in store(); after an error the later chunks' results no longer matter.
   for (Request& r : requests)
     if (r.in_flight) await(channel, r, requests);
-  release_channel(channel);
+  return error;
+}
+
+// Note [Coded slots]. Encoding chunk k+1 runs while chunk k's write is on disk.
+Status SsdTier::store_coded(Channel& channel, const SwapSlot& slot, const SwapEndpoint& src, Hash64* hash) {
+  const uint64_t chunk = options_.chunk_bytes;
+  const uint64_t depth = static_cast<uint64_t>(options_.queue_depth);
+  Result<FrameEncoder> enc = FrameEncoder::create(options_.codec, slot.bytes, static_cast<uint32_t>(chunk));
+  if (!enc.ok()) return enc.status().with_context(fmt::format("{} tier: write of tensor {}", name(), slot.tensor));
+  const uint32_t chunks = enc->info().chunk_count;
+  CodedSlot coded{slot.generation, std::vector<std::array<std::byte, kChunkHeaderBytes>>(chunks)};
+  std::vector<Request> requests(depth);
+  for (uint64_t b = 0; b < depth; ++b) requests[b].buffer = static_cast<uint32_t>(b);
+  {  // a failed write leaves no headers behind (the base class then refuses reads of the slot)
+    std::lock_guard lock(coded_mu_);
+    coded_.erase(slot.tensor);
+  }
+
+  Status error;
+  for (uint32_t k = 0; k < chunks && error.ok(); ++k) {
+    Request& r = requests[k % depth];
+    if (r.in_flight || r.done) {  // the buffer's previous chunk must be on disk before reuse
+      await(channel, r, requests);
+      error = check(r, slot);
+      r.done = false;
+      if (!error.ok()) break;
+    }
+    r.op = ssd_io::Op::kWrite;
+    r.data_offset = enc->info().chunk_offset(k);
+    r.data_bytes = enc->info().chunk_input_bytes(k);
+    std::span<std::byte> plain = std::span(channel.plain).first(r.data_bytes);
+    error = src.copy_out(r.data_offset, plain);
+    if (!error.ok()) {
+      error = error.with_context(fmt::format("{} tier: write of tensor {}", name(), slot.tensor));
+      break;
+    }
+    if (hash) hash->update(plain);
+    std::byte* record = io_start(channel, r.buffer) - kChunkHeaderBytes;
+    Result<uint64_t> n = enc->encode_chunk(*channel.codec, k, plain, {record, kChunkHeaderBytes + chunk});
+    if (!n.ok()) {
+      error = n.status().with_context(
+          fmt::format("{} tier: write of tensor {}: encoding chunk {} of {}", name(), slot.tensor, k, chunks));
+      break;
+    }
+    const uint64_t payload_bytes = *n - kChunkHeaderBytes;
+    std::memcpy(coded.chunk_headers[k].data(), record, kChunkHeaderBytes);
+    r.io_bytes = align_up(payload_bytes, kBlock);
+    r.file_offset = slot.offset + r.data_offset;
+    std::memset(record + *n, 0, r.io_bytes - payload_bytes);  // no stale bytes on disk
+    submit(channel, r);
+  }
+  // Drain: the kernel may still be reading staging buffers, which the next transfer will reuse.
+  for (Request& r : requests) {
+    if (!r.in_flight && !r.done) continue;
+    await(channel, r, requests);
+    if (error.ok()) error = check(r, slot);
+    r.done = false;
+  }
+  if (error.ok()) {
+    std::lock_guard lock(coded_mu_);
+    coded_[slot.tensor] = std::move(coded);
+  }
+  return error;
+}
+
+// Reads queue_depth chunks ahead and decodes each finished one, in order, beside the others' reads.
+Status SsdTier::load_coded(Channel& channel, const SwapSlot& slot, const SwapEndpoint& dst, Hash64* hash) {
+  const uint64_t chunk = options_.chunk_bytes;
+  const uint64_t depth = static_cast<uint64_t>(options_.queue_depth);
+  Result<FrameEncoder> enc = FrameEncoder::create(options_.codec, slot.bytes, static_cast<uint32_t>(chunk));
+  if (!enc.ok()) return enc.status().with_context(fmt::format("{} tier: read of tensor {}", name(), slot.tensor));
+  const FrameInfo& info = enc->info();
+  const uint32_t chunks = info.chunk_count;
+  std::vector<std::array<std::byte, kChunkHeaderBytes>> headers;
+  {
+    std::lock_guard lock(coded_mu_);
+    auto it = coded_.find(slot.tensor);
+    FERRY_CHECK(it != coded_.end() && it->second.generation == slot.generation && it->second.chunk_headers.size() == chunks,
+                "{} tier: tensor {} holds a copy but no chunk headers of it", name(), slot.tensor);
+    headers = it->second.chunk_headers;
+  }
+  auto payload_of = [&](uint32_t k) {
+    uint32_t bytes;
+    std::memcpy(&bytes, headers[k].data(), sizeof bytes);
+    return uint64_t{bytes};
+  };
+  std::vector<Request> requests(depth);
+  for (uint64_t b = 0; b < depth; ++b) requests[b].buffer = static_cast<uint32_t>(b);
+
+  auto start = [&](uint32_t k) {
+    Request& r = requests[k % depth];
+    r.op = ssd_io::Op::kRead;
+    r.data_offset = info.chunk_offset(k);
+    r.data_bytes = info.chunk_input_bytes(k);
+    // The header bounds the payload by the chunk's input (checked when it was made), so the read
+    // fits the staging buffer.
+    r.io_bytes = align_up(std::min(payload_of(k), r.data_bytes), kBlock);
+    r.file_offset = slot.offset + r.data_offset;
+    submit(channel, r);
+  };
+
+  Status error;
+  for (uint32_t k = 0; k < std::min<uint64_t>(depth, chunks); ++k) start(k);
+  for (uint32_t k = 0; k < chunks && error.ok(); ++k) {
+    Request& r = requests[k % depth];
+    await(channel, r, requests);
+    error = check(r, slot);
+    r.done = false;
+    if (!error.ok()) break;
+    std::byte* payload = io_start(channel, r.buffer);
+    if (r.corrupt) payload[0] ^= std::byte{0x5a};
+    std::byte* record = payload - kChunkHeaderBytes;
+    std::memcpy(record, headers[k].data(), kChunkHeaderBytes);
+    std::span<std::byte> plain = std::span(channel.plain).first(r.data_bytes);
+    error = decode_chunk(*channel.codec, info, k, {record, kChunkHeaderBytes + payload_of(k)}, plain);
+    if (!error.ok()) {
+      error = error.with_context(fmt::format("{} tier: read of tensor {}, chunk {} of {} (file '{}', offset {}, {} bytes)",
+                                             name(), slot.tensor, k, chunks, file_path_, r.file_offset, r.io_bytes));
+      break;
+    }
+    if (hash) hash->update(plain);
+    error = dst.copy_in(r.data_offset, plain);
+    if (!error.ok()) {
+      error = error.with_context(fmt::format("{} tier: read of tensor {}", name(), slot.tensor));
+      break;
+    }
+    if (k + depth < chunks) start(static_cast<uint32_t>(k + depth));
+  }
+  // Drain, as in store(); after an error the later chunks' results no longer matter.
+  for (Request& r : requests)
+    if (r.in_flight) await(channel, r, requests);
   return error;
 }
 
