@@ -17,6 +17,7 @@
 
 #include "backend/backend.h"
 #include "cli/commands.h"
+#include "codec/codec.h"
 #include "cli/options.h"
 #include "cli/planning.h"
 #include "cli/train_prediction.h"
@@ -60,6 +61,7 @@ struct TrainCliOptions {
   std::string tier = "host";
   std::string device = "cpu-local";
   std::string ssd_dir = "/tmp";
+  std::string codec = "none";  // how the SSD tier codes swapped bytes (lossless codecs only)
   bool checksum = false;
   bool verify_memory = false;
   PolicyOptions policy_options;
@@ -113,6 +115,15 @@ void progress(int64_t done, int64_t total, double ms, float loss) {
   std::fflush(stderr);
 }
 
+// --codec: a lossless codec's name; InvalidArgument lists them otherwise.
+Result<CodecId> parse_lossless_codec(const std::string& name) {
+  std::optional<CodecId> c = codec_from_string(name);
+  if (c && !is_lossy(*c)) return *c;
+  std::string names;
+  for (CodecId k : kLosslessCodecs) names += fmt::format("{}{}", names.empty() ? "" : ", ", to_string(k));
+  return Status::InvalidArgument(fmt::format("--codec: unknown or lossy codec '{}' (lossless codecs: {})", name, names));
+}
+
 // Bad values, and options that would be silently ignored.
 Status check_train_options(const TrainCliOptions& o) {
   if (o.iters <= 0) return Status::InvalidArgument(fmt::format("--iters must be positive, got {}", o.iters));
@@ -121,6 +132,8 @@ Status check_train_options(const TrainCliOptions& o) {
   FERRY_RETURN_IF_ERROR(check_option_used(cmd, "--tier", planned, "without --policy (policy none swaps nothing)"));
   FERRY_RETURN_IF_ERROR(check_option_used(cmd, "--checksum", planned, "without --policy (nothing is swapped)"));
   FERRY_RETURN_IF_ERROR(check_option_used(cmd, "--ssd-dir", planned && o.tier == "ssd", "without --tier ssd"));
+  FERRY_RETURN_IF_ERROR(check_option_used(cmd, "--codec", planned && o.tier == "ssd", "without --tier ssd"));
+  FERRY_RETURN_IF_ERROR(parse_lossless_codec(o.codec).status());
   FERRY_RETURN_IF_ERROR(check_option_used(cmd, "--device", planned || !o.op_times.empty(),
                                           "without --policy or --op-times (it is what plans and predictions use)"));
   FERRY_RETURN_IF_ERROR(check_option_used(cmd, "--swapin-ahead", o.policy == "lms", "without --policy lms"));
@@ -289,6 +302,10 @@ nlohmann::json train_report_json(const TrainCliOptions& o, const TrainSetup& s, 
   j["persistent_bytes"] = e.persistent_region_bytes();
   j["policy"] = o.policy;
   j["tier"] = o.tier;
+  // Measured by the SSD tier: the bytes that really crossed the disk (0 without an SSD tier).
+  j["codec"] = o.codec;
+  j["ssd_disk_bytes_written"] = e.ssd_io_stats().disk_bytes_written;
+  j["ssd_disk_bytes_read"] = e.ssd_io_stats().disk_bytes_read;
   const TransferEngineStats ts = e.transfer_stats();
   j["bytes_swapped_out"] = ts.bytes_out;
   j["bytes_swapped_in"] = ts.bytes_in;
@@ -322,6 +339,11 @@ void print_train_summary(const TrainCliOptions& o, const TrainSetup& s, const Ex
   if (e.ssd_tier_stats().capacity_bytes > 0)
     std::printf(", SSD tier peak %s", format_bytes(e.ssd_tier_stats().peak_in_use_bytes).c_str());
   std::printf("\n");
+  if (e.ssd_tier_stats().capacity_bytes > 0)
+    std::printf("  SSD traffic     measured: %s written, %s read (codec %s; tensors %s out, %s in)\n",
+                format_bytes(e.ssd_io_stats().disk_bytes_written).c_str(),
+                format_bytes(e.ssd_io_stats().disk_bytes_read).c_str(), o.codec.c_str(),
+                format_bytes(e.ssd_tier_stats().bytes_written).c_str(), format_bytes(e.ssd_tier_stats().bytes_read).c_str());
   if (o.verify_memory) std::printf("  memory checks   guards, poison and contents verified after every op: clean\n");
   if (r.convs.kernels > 0)
     std::printf("  convolutions    %s: %d of %d kernels Winograd, the rest direct\n",
@@ -379,6 +401,7 @@ int run_train(const TrainCliOptions& given) {
   eo.seed = o.seed;
   eo.ssd_dir = o.ssd_dir;
   eo.checksum = o.checksum;
+  eo.ssd_codec = *parse_lossless_codec(o.codec);  // checked with the options
   eo.verify_memory = o.verify_memory;
   Result<std::unique_ptr<Executor>> ex =
       Executor::create(s.graph, *s.backend, eo, s.schedule ? &*s.schedule : nullptr);
@@ -429,6 +452,10 @@ void register_train(CLI::App& app, std::function<int()>& action) {
                   "only)")
       ->capture_default_str();
   cmd->add_option("--ssd-dir", o->ssd_dir, "Directory for the SSD tier's temporary files")->capture_default_str();
+  cmd->add_option("--codec", o->codec,
+                  "How the SSD tier codes swapped bytes on disk, losslessly: none, zero-mask, lz4, zstd or "
+                  "zero-mask+lz4 (docs/codecs.md)")
+      ->capture_default_str();
   cmd->add_option("--device", o->device, "Hardware profile whose op and transfer times the policy plans with")
       ->capture_default_str();
   cmd->add_option("--op-times", o->op_times,

@@ -184,6 +184,7 @@ Status Executor::make_tiers() {
     so.capacity_bytes = options_.ssd_tier_bytes ? options_.ssd_tier_bytes : need[1];
     so.checksum = options_.checksum;
     so.fault = options_.ssd_fault;
+    so.codec = options_.ssd_codec;
     FERRY_ASSIGN_OR_RETURN(std::unique_ptr<SsdTier> ssd, SsdTier::create(so));
     FERRY_RETURN_IF_ERROR(ssd->fix_slots(slots[1]));
     ssd_tier_ = std::move(ssd);

@@ -84,6 +84,7 @@ struct ExecutorOptions {
   uint64_t ssd_tier_bytes = 0;
   bool checksum = false;          // verify every swapped byte on its way back
   SsdFault ssd_fault = {};        // fault injection, for tests
+  CodecId ssd_codec = CodecId::kNone;  // how the SSD tier codes swapped bytes (lossless codecs only)
   // Guard bytes, poisoned free memory and content checksums, checked after every op
   // (runtime/memory_verifier.h). The arena grows by the guards; the budget still bounds the
   // measured live bytes.
@@ -143,6 +144,11 @@ class Executor {
   // by the tiers' own space accounting.
   TierStats host_tier_stats() const { return host_tier_ ? host_tier_->stats() : TierStats{}; }
   TierStats ssd_tier_stats() const { return ssd_tier_ ? ssd_tier_->stats() : TierStats{}; }
+  // The bytes that really crossed the disk (coded or raw), by the SSD tier's own counters.
+  SsdIoStats ssd_io_stats() const {
+    const auto* ssd = dynamic_cast<const SsdTier*>(ssd_tier_.get());
+    return ssd ? ssd->io_stats() : SsdIoStats{};
+  }
 
   // Transfer counters (zero when the schedule swaps nothing).
   TransferEngineStats transfer_stats() const { return engine_ ? engine_->stats() : TransferEngineStats{}; }

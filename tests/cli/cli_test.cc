@@ -260,6 +260,45 @@ TEST(Cli, TrainWithAPolicyFitsTheBudgetAndKeepsTheLosses) {
   }
 }
 
+// --codec: the SSD tier codes swapped bytes losslessly; the losses stay bitwise those of the
+// unlimited run, the JSON names the codec and the disk bytes the tier measured (fewer with
+// zero-mask on a ReLU network than raw); a bad or lossy name, or --codec off the SSD tier, is
+// bad usage.
+TEST(Cli, TrainCodecOnTheSsdTier) {
+  const std::string model = "train --model resnet-mini --batch 4 --iters 2 --seed 3 --no-progress --json";
+  Output ref = ferry(model);
+  ASSERT_EQ(ref.code, 0) << ref.out;
+  const auto r = nlohmann::json::parse(ref.out);
+  EXPECT_EQ(r["codec"], "none");
+  EXPECT_EQ(r["ssd_disk_bytes_written"], 0);  // no SSD tier
+  const std::string planned =
+      model + " --policy vdnn-all --checksum --tier ssd --budget " +
+      std::to_string(r["predicted_peak_bytes"].get<uint64_t>() * 7 / 10);
+  uint64_t raw_written = 0;
+  for (const char* codec : {"none", "zero-mask", "lz4", "zstd", "zero-mask+lz4"}) {
+    Output o = ferry(planned + " --codec " + codec);
+    ASSERT_EQ(o.code, 0) << codec << ": " << o.out;
+    const auto j = nlohmann::json::parse(o.out);
+    EXPECT_EQ(j["codec"], codec);
+    EXPECT_EQ(losses_of(j), losses_of(r)) << codec;
+    const uint64_t written = j["ssd_disk_bytes_written"].get<uint64_t>();
+    EXPECT_GT(written, 0u) << codec;
+    EXPECT_GT(j["ssd_disk_bytes_read"].get<uint64_t>(), 0u) << codec;
+    if (std::string(codec) == "none") {
+      raw_written = written;
+    } else {
+      EXPECT_LE(written, raw_written) << codec;
+    }
+    if (std::string(codec) == "zero-mask") {
+      EXPECT_LT(written, raw_written);
+    }
+  }
+  expect_failure(planned + " --codec gzip", 2, "unknown or lossy codec 'gzip' (lossless codecs: none, zero-mask, lz4");
+  expect_failure(planned + " --codec bf16", 2, "lossy codec 'bf16'");
+  expect_failure(model + " --policy vdnn-all --budget 70% --codec lz4", 2, "--codec has no effect without --tier ssd");
+  expect_failure(model + " --codec lz4", 2, "--codec has no effect");
+}
+
 // --conv-algo: the JSON says what ran; Winograd's scratch is counted (peak == predicted); a plan
 // that cannot fit because of it says so; a bad name is bad usage.
 TEST(Cli, TrainConvAlgorithm) {
