@@ -61,7 +61,7 @@ struct TrainCliOptions {
   std::string tier = "host";
   std::string device = "cpu-local";
   std::string ssd_dir = "/tmp";
-  std::string codec = "none";  // how the SSD tier codes swapped bytes (lossless codecs only)
+  std::string codec = "none";  // how the SSD tier codes swapped bytes (lossless codecs, or auto)
   bool checksum = false;
   bool verify_memory = false;
   PolicyOptions policy_options;
@@ -117,11 +117,13 @@ void progress(int64_t done, int64_t total, double ms, float loss) {
 
 // --codec: a lossless codec's name; InvalidArgument lists them otherwise.
 Result<CodecId> parse_lossless_codec(const std::string& name) {
+  if (name == "auto") return CodecId::kNone;  // the tier chooses (ExecutorOptions::ssd_codec_auto)
   std::optional<CodecId> c = codec_from_string(name);
   if (c && !is_lossy(*c)) return *c;
   std::string names;
   for (CodecId k : kLosslessCodecs) names += fmt::format("{}{}", names.empty() ? "" : ", ", to_string(k));
-  return Status::InvalidArgument(fmt::format("--codec: unknown or lossy codec '{}' (lossless codecs: {})", name, names));
+  return Status::InvalidArgument(
+      fmt::format("--codec: unknown or lossy codec '{}' (use auto or a lossless codec: {})", name, names));
 }
 
 // Bad values, and options that would be silently ignored.
@@ -306,6 +308,17 @@ nlohmann::json train_report_json(const TrainCliOptions& o, const TrainSetup& s, 
   j["codec"] = o.codec;
   j["ssd_disk_bytes_written"] = e.ssd_io_stats().disk_bytes_written;
   j["ssd_disk_bytes_read"] = e.ssd_io_stats().disk_bytes_read;
+  if (o.codec == "auto") {
+    j["codec_choices"] = nlohmann::json::array();
+    for (const SsdCodecChoice& c : e.ssd_codec_choices())
+      j["codec_choices"].push_back({{"class", c.tensor_class},
+                                    {"codec", std::string(to_string(c.codec))},
+                                    {"measured_ratio", c.ratio},
+                                    {"measured_write_bytes_per_s", c.write_bytes_per_s},
+                                    {"measured_read_bytes_per_s", c.read_bytes_per_s},
+                                    {"predicted_ms", c.predicted_seconds * 1e3},
+                                    {"predicted_none_ms", c.predicted_none_seconds * 1e3}});
+  }
   const TransferEngineStats ts = e.transfer_stats();
   j["bytes_swapped_out"] = ts.bytes_out;
   j["bytes_swapped_in"] = ts.bytes_in;
@@ -402,6 +415,7 @@ int run_train(const TrainCliOptions& given) {
   eo.ssd_dir = o.ssd_dir;
   eo.checksum = o.checksum;
   eo.ssd_codec = *parse_lossless_codec(o.codec);  // checked with the options
+  eo.ssd_codec_auto = o.codec == "auto";
   eo.verify_memory = o.verify_memory;
   Result<std::unique_ptr<Executor>> ex =
       Executor::create(s.graph, *s.backend, eo, s.schedule ? &*s.schedule : nullptr);
@@ -453,8 +467,8 @@ void register_train(CLI::App& app, std::function<int()>& action) {
       ->capture_default_str();
   cmd->add_option("--ssd-dir", o->ssd_dir, "Directory for the SSD tier's temporary files")->capture_default_str();
   cmd->add_option("--codec", o->codec,
-                  "How the SSD tier codes swapped bytes on disk, losslessly: none, zero-mask, lz4, zstd or "
-                  "zero-mask+lz4 (docs/codecs.md)")
+                  "How the SSD tier codes swapped bytes on disk, losslessly: none, zero-mask, lz4, zstd, "
+                  "zero-mask+lz4, or auto (measured and chosen per class of tensor; docs/codecs.md)")
       ->capture_default_str();
   cmd->add_option("--device", o->device, "Hardware profile whose op and transfer times the policy plans with")
       ->capture_default_str();

@@ -85,6 +85,9 @@ struct ExecutorOptions {
   bool checksum = false;          // verify every swapped byte on its way back
   SsdFault ssd_fault = {};        // fault injection, for tests
   CodecId ssd_codec = CodecId::kNone;  // how the SSD tier codes swapped bytes (lossless codecs only)
+  // Or let the SSD tier choose per class of tensor (SsdTierOptions::auto_codec; ssd_codec must be
+  // kNone): classes are "<producing op type>/<role>" (ssd_tensor_classes()).
+  bool ssd_codec_auto = false;
   // Guard bytes, poisoned free memory and content checksums, checked after every op
   // (runtime/memory_verifier.h). The arena grows by the guards; the budget still bounds the
   // measured live bytes.
@@ -149,6 +152,14 @@ class Executor {
     const auto* ssd = dynamic_cast<const SsdTier*>(ssd_tier_.get());
     return ssd ? ssd->io_stats() : SsdIoStats{};
   }
+  // With ssd_codec_auto: what the SSD tier chose per class of tensor so far.
+  std::vector<SsdCodecChoice> ssd_codec_choices() const {
+    const auto* ssd = dynamic_cast<const SsdTier*>(ssd_tier_.get());
+    return ssd ? ssd->codec_choices() : std::vector<SsdCodecChoice>{};
+  }
+  // The class of each tensor for the automatic codec choice: "<producing op type>/<role>"
+  // ("input/<role>" for tensors no op produces), indexed by TensorId.
+  std::vector<std::string> ssd_tensor_classes() const;
 
   // Transfer counters (zero when the schedule swaps nothing).
   TransferEngineStats transfer_stats() const { return engine_ ? engine_->stats() : TransferEngineStats{}; }

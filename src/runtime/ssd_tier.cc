@@ -42,6 +42,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <map>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -52,6 +54,8 @@
 
 #include <fmt/format.h>
 
+#include "codec/choice.h"
+#include "codec/stats.h"
 #include "common/units.h"
 
 namespace ferry {
@@ -254,6 +258,7 @@ struct SsdTier::Channel {
 // One chunk of a transfer, in staging buffer `buffer` of the channel.
 struct SsdTier::Request {
   uint32_t buffer = 0;
+  std::byte* io_buf = nullptr;  // where the request's bytes are in the staging buffer
   ssd_io::Op op = ssd_io::Op::kWrite;
   uint64_t data_offset = 0;  // in the tensor
   uint64_t data_bytes = 0;   // tensor bytes in this chunk
@@ -285,7 +290,10 @@ Result<std::unique_ptr<SsdTier>> SsdTier::create(const SsdTierOptions& options) 
   if (is_lossy(options.codec))
     return Status::InvalidArgument(fmt::format("{} tier: codec {} is lossy; the tier stores bytes losslessly", name,
                                                to_string(options.codec)));
-  if (options.codec != CodecId::kNone && options.chunk_bytes > kMaxChunkBytes)
+  if (options.auto_codec && options.codec != CodecId::kNone)
+    return Status::InvalidArgument(fmt::format("{} tier: auto_codec chooses the codec; codec must be none, got {}",
+                                               name, to_string(options.codec)));
+  if ((options.codec != CodecId::kNone || options.auto_codec) && options.chunk_bytes > kMaxChunkBytes)
     return Status::InvalidArgument(fmt::format("{} tier: with codec {}, chunk_bytes must be at most {}, got {}", name,
                                                to_string(options.codec), bytes_text(kMaxChunkBytes),
                                                bytes_text(options.chunk_bytes)));
@@ -332,7 +340,7 @@ Result<std::unique_ptr<SsdTier>> SsdTier::create(const SsdTierOptions& options) 
   if (!options.keep_files_visible) tier->remove_files();
 
   // The staging pool, pre-faulted so that the first transfers do not pay page faults.
-  const bool coded = options.codec != CodecId::kNone;
+  const bool coded = tier->coded_staging();
   tier->buffer_stride_ = options.chunk_bytes + (coded ? kBlock : 0);
   const uint64_t per_channel = static_cast<uint64_t>(options.queue_depth) * tier->buffer_stride_;
   tier->staging_bytes_ = per_channel * static_cast<uint64_t>(options.channels);
@@ -366,6 +374,7 @@ Result<std::unique_ptr<SsdTier>> SsdTier::create(const SsdTierOptions& options) 
     tier->channels_.push_back(std::move(channel));
   }
   tier->io_ = io;
+  if (options.auto_codec) tier->auto_ = std::make_unique<AutoCodec>();
   return tier;
 }
 
@@ -394,7 +403,7 @@ SsdIoStats SsdTier::io_stats() const {
 std::byte* SsdTier::buffer(Channel& channel, uint32_t b) const { return channel.staging + uint64_t{b} * buffer_stride_; }
 
 std::byte* SsdTier::io_start(Channel& channel, uint32_t b) const {
-  return buffer(channel, b) + (options_.codec != CodecId::kNone ? kBlock : 0);
+  return buffer(channel, b) + (coded_staging() ? kBlock : 0);
 }
 
 SsdTier::Channel& SsdTier::acquire_channel() {
@@ -425,7 +434,7 @@ void SsdTier::submit(Channel& channel, Request& r) {
   r.corrupt = false;
   r.result = 0;
   uint64_t len = r.io_bytes;
-  std::byte* buf = io_start(channel, r.buffer);
+  std::byte* buf = r.io_buf;
   const SsdFault& fault = options_.fault;
   const auto op = r.op == ssd_io::Op::kWrite ? SsdFault::Op::kWrite : SsdFault::Op::kRead;
   if (fault.kind != SsdFault::Kind::kNone && fault.op == op) {
@@ -491,20 +500,107 @@ Status SsdTier::check(const Request& r, const SwapSlot& slot) const {
   return Status::Ok();
 }
 
+// The automatic choice's state: samples per class, the tier's raw transfer rates, the decisions.
+struct SsdTier::AutoCodec {
+  std::mutex mu;
+  CodecStats stats;
+  CodecContext ctx;
+  uint64_t raw_bytes[2] = {0, 0};  // by direction (0 write, 1 read): bytes of completed raw transfers
+  double raw_seconds[2] = {0, 0};  // and their wall time
+  std::map<std::string, SsdCodecChoice, std::less<>> chosen;
+};
+
+namespace {
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
 Status SsdTier::store(const SwapSlot& slot, const SwapEndpoint& src, Hash64* hash) {
+  const CodecId codec = options_.auto_codec ? pick_codec(slot, src) : options_.codec;
   Channel& channel = acquire_channel();
-  Status s = options_.codec == CodecId::kNone ? store_raw(channel, slot, src, hash)
-                                              : store_coded(channel, slot, src, hash);
+  const auto t0 = std::chrono::steady_clock::now();
+  Status s = codec == CodecId::kNone ? store_raw(channel, slot, src, hash)
+                                     : store_coded(channel, slot, src, hash, codec);
+  const double seconds = seconds_since(t0);
   release_channel(channel);
+  if (options_.auto_codec && codec == CodecId::kNone && s.ok()) {
+    {
+      std::lock_guard lock(coded_mu_);
+      coded_[slot.tensor] = CodedSlot{slot.generation, {}, CodecId::kNone};
+    }
+    std::lock_guard lock(auto_->mu);
+    auto_->raw_bytes[0] += slot.bytes;
+    auto_->raw_seconds[0] += seconds;
+  }
   return s;
 }
 
 Status SsdTier::load(const SwapSlot& slot, const SwapEndpoint& dst, Hash64* hash) {
+  const CodecId codec = options_.auto_codec ? stored_codec(slot) : options_.codec;
   Channel& channel = acquire_channel();
-  Status s = options_.codec == CodecId::kNone ? load_raw(channel, slot, dst, hash)
-                                              : load_coded(channel, slot, dst, hash);
+  const auto t0 = std::chrono::steady_clock::now();
+  Status s = codec == CodecId::kNone ? load_raw(channel, slot, dst, hash)
+                                     : load_coded(channel, slot, dst, hash, codec);
+  const double seconds = seconds_since(t0);
   release_channel(channel);
+  if (options_.auto_codec && codec == CodecId::kNone && s.ok()) {
+    std::lock_guard lock(auto_->mu);
+    auto_->raw_bytes[1] += slot.bytes;
+    auto_->raw_seconds[1] += seconds;
+  }
   return s;
+}
+
+CodecId SsdTier::stored_codec(const SwapSlot& slot) {
+  std::lock_guard lock(coded_mu_);
+  auto it = coded_.find(slot.tensor);
+  FERRY_CHECK(it != coded_.end() && it->second.generation == slot.generation,
+              "{} tier: tensor {} holds a copy but the tier has no record of how it was stored", name(), slot.tensor);
+  return it->second.codec;
+}
+
+CodecId SsdTier::pick_codec(const SwapSlot& slot, const SwapEndpoint& src) {
+  static const std::string kOther = "other";
+  const auto t = static_cast<size_t>(slot.tensor);
+  const std::string& cls =
+      t < options_.tensor_classes.size() && !options_.tensor_classes[t].empty() ? options_.tensor_classes[t] : kOther;
+  std::lock_guard lock(auto_->mu);  // serialises the (one-time) measurements
+  if (auto it = auto_->chosen.find(cls); it != auto_->chosen.end()) return it->second.codec;
+  if (slot.bytes == 0) return CodecId::kNone;
+  if (!auto_->stats.unmeasured(cls, kLosslessCodecs).empty()) {
+    // The class's first chunk, as the tier would code it.
+    std::vector<std::byte> sample(std::min<uint64_t>(slot.bytes, options_.chunk_bytes));
+    if (!src.copy_out(0, sample).ok()) return CodecId::kNone;  // the store itself will report it
+    for (CodecId c : kLosslessCodecs) {
+      Result<CodecSample> m = measure_codec(auto_->ctx, c, sample, static_cast<uint32_t>(options_.chunk_bytes));
+      FERRY_CHECK(m.ok(), "{} tier: measuring codec {} on tensor {}: {}", name(), to_string(c), slot.tensor,
+                  m.status().message());
+      auto_->stats.record(cls, c, *m);
+    }
+  }
+  if (auto_->raw_seconds[0] <= 0 || auto_->raw_seconds[1] <= 0) return CodecId::kNone;  // rates not known yet
+  const WireRates wire{.swap_out_bytes_per_s = static_cast<double>(auto_->raw_bytes[0]) / auto_->raw_seconds[0],
+                       .swap_in_bytes_per_s = static_cast<double>(auto_->raw_bytes[1]) / auto_->raw_seconds[1]};
+  const CodecChoice choice = choose_codec(slot.bytes, auto_->stats, cls, wire,
+                                          ChoiceOptions{.chunk_bytes = static_cast<uint32_t>(options_.chunk_bytes)});
+  const std::optional<CodecEstimate> e = auto_->stats.estimate(cls, choice.codec);
+  auto_->chosen[cls] = SsdCodecChoice{.tensor_class = cls,
+                                      .codec = choice.codec,
+                                      .ratio = e ? e->ratio : 1.0,
+                                      .predicted_seconds = choice.weighted_seconds,
+                                      .predicted_none_seconds = choice.none_weighted_seconds,
+                                      .write_bytes_per_s = wire.swap_out_bytes_per_s,
+                                      .read_bytes_per_s = wire.swap_in_bytes_per_s};
+  return choice.codec;
+}
+
+std::vector<SsdCodecChoice> SsdTier::codec_choices() const {
+  std::vector<SsdCodecChoice> out;
+  if (!auto_) return out;
+  std::lock_guard lock(auto_->mu);
+  for (const auto& [cls, choice] : auto_->chosen) out.push_back(choice);
+  return out;
 }
 
 Status SsdTier::store_raw(Channel& channel, const SwapSlot& slot, const SwapEndpoint& src, Hash64* hash) {
@@ -529,6 +625,7 @@ Status SsdTier::store_raw(Channel& channel, const SwapSlot& slot, const SwapEndp
     r.io_bytes = align_up(r.data_bytes, kBlock);
     r.file_offset = slot.offset + r.data_offset;
     std::byte* buf = buffer(channel, r.buffer);
+    r.io_buf = buf;
     error = src.copy_out(r.data_offset, {buf, r.data_bytes});
     if (!error.ok()) {
       error = error.with_context(fmt::format("{} tier: write of tensor {}", name(), slot.tensor));
@@ -562,6 +659,7 @@ Status SsdTier::load_raw(Channel& channel, const SwapSlot& slot, const SwapEndpo
     r.data_bytes = std::min(chunk, slot.bytes - r.data_offset);
     r.io_bytes = align_up(r.data_bytes, kBlock);
     r.file_offset = slot.offset + r.data_offset;
+    r.io_buf = buffer(channel, r.buffer);
     submit(channel, r);
   };
 
@@ -590,13 +688,14 @@ Status SsdTier::load_raw(Channel& channel, const SwapSlot& slot, const SwapEndpo
 }
 
 // Note [Coded slots]. Encoding chunk k+1 runs while chunk k's write is on disk.
-Status SsdTier::store_coded(Channel& channel, const SwapSlot& slot, const SwapEndpoint& src, Hash64* hash) {
+Status SsdTier::store_coded(Channel& channel, const SwapSlot& slot, const SwapEndpoint& src, Hash64* hash,
+                            CodecId codec) {
   const uint64_t chunk = options_.chunk_bytes;
   const uint64_t depth = static_cast<uint64_t>(options_.queue_depth);
-  Result<FrameEncoder> enc = FrameEncoder::create(options_.codec, slot.bytes, static_cast<uint32_t>(chunk));
+  Result<FrameEncoder> enc = FrameEncoder::create(codec, slot.bytes, static_cast<uint32_t>(chunk));
   if (!enc.ok()) return enc.status().with_context(fmt::format("{} tier: write of tensor {}", name(), slot.tensor));
   const uint32_t chunks = enc->info().chunk_count;
-  CodedSlot coded{slot.generation, std::vector<std::array<std::byte, kChunkHeaderBytes>>(chunks)};
+  CodedSlot coded{slot.generation, std::vector<std::array<std::byte, kChunkHeaderBytes>>(chunks), codec};
   std::vector<Request> requests(depth);
   for (uint64_t b = 0; b < depth; ++b) requests[b].buffer = static_cast<uint32_t>(b);
   {  // a failed write leaves no headers behind (the base class then refuses reads of the slot)
@@ -634,6 +733,7 @@ Status SsdTier::store_coded(Channel& channel, const SwapSlot& slot, const SwapEn
     std::memcpy(coded.chunk_headers[k].data(), record, kChunkHeaderBytes);
     r.io_bytes = align_up(payload_bytes, kBlock);
     r.file_offset = slot.offset + r.data_offset;
+    r.io_buf = io_start(channel, r.buffer);
     std::memset(record + *n, 0, r.io_bytes - payload_bytes);  // no stale bytes on disk
     submit(channel, r);
   }
@@ -652,10 +752,11 @@ Status SsdTier::store_coded(Channel& channel, const SwapSlot& slot, const SwapEn
 }
 
 // Reads queue_depth chunks ahead and decodes each finished one, in order, beside the others' reads.
-Status SsdTier::load_coded(Channel& channel, const SwapSlot& slot, const SwapEndpoint& dst, Hash64* hash) {
+Status SsdTier::load_coded(Channel& channel, const SwapSlot& slot, const SwapEndpoint& dst, Hash64* hash,
+                           CodecId codec) {
   const uint64_t chunk = options_.chunk_bytes;
   const uint64_t depth = static_cast<uint64_t>(options_.queue_depth);
-  Result<FrameEncoder> enc = FrameEncoder::create(options_.codec, slot.bytes, static_cast<uint32_t>(chunk));
+  Result<FrameEncoder> enc = FrameEncoder::create(codec, slot.bytes, static_cast<uint32_t>(chunk));
   if (!enc.ok()) return enc.status().with_context(fmt::format("{} tier: read of tensor {}", name(), slot.tensor));
   const FrameInfo& info = enc->info();
   const uint32_t chunks = info.chunk_count;
@@ -684,6 +785,7 @@ Status SsdTier::load_coded(Channel& channel, const SwapSlot& slot, const SwapEnd
     // fits the staging buffer.
     r.io_bytes = align_up(std::min(payload_of(k), r.data_bytes), kBlock);
     r.file_offset = slot.offset + r.data_offset;
+    r.io_buf = io_start(channel, r.buffer);
     submit(channel, r);
   };
 

@@ -42,7 +42,9 @@
 //   chunk k is on disk) and decoding beside the reads. Corrupt or truncated data read back fails
 //   the payload checksum: kIoError naming the tensor and the chunk. Checksum mode hashes the
 //   tensor's bytes before encoding and after decoding, so it guards the codec as well.
-//   io_stats() counts the bytes that really crossed the disk.
+//   io_stats() counts the bytes that really crossed the disk. auto_codec chooses the codec per
+//   class of tensor from what the tier measures (see SsdTierOptions); a slot records the codec
+//   its copy was written with.
 //
 // Usage:
 //   Result<std::unique_ptr<SsdTier>> ssd = SsdTier::create({.directory = "/scratch",
@@ -107,6 +109,24 @@ struct SsdTierOptions {
   // other than kNone, chunk_bytes must be at most kMaxChunkBytes (64 MiB).
   CodecId codec = CodecId::kNone;
   CodecOptions codec_options = {};
+  // Automatic choice (codec must be kNone), per class of tensor (tensor_classes[tensor]; "other"
+  // when missing or empty): the first tensor of a class stored has every lossless codec measured
+  // on its first chunk (measure_codec), the tier's own raw write and read rates are measured from
+  // its raw transfers (wall time of whole transfers, device copies included), and once both are
+  // known choose_codec picks the class's codec for the rest of the run. Until then tensors go raw.
+  bool auto_codec = false;
+  std::vector<std::string> tensor_classes = {};
+};
+
+// What the automatic choice decided for a class of tensors (measured figures, predicted times).
+struct SsdCodecChoice {
+  std::string tensor_class;
+  CodecId codec = CodecId::kNone;
+  double ratio = 1;                  // measured on the class's first chunk (frame bytes / bytes)
+  double predicted_seconds = 0;      // swap-out + swap-in of the deciding tensor with `codec`
+  double predicted_none_seconds = 0; // the same raw
+  double write_bytes_per_s = 0;      // the tier's raw rates when it decided (measured)
+  double read_bytes_per_s = 0;
 };
 
 // Bytes that really crossed the disk, counted from completed requests: the gain of a codec,
@@ -138,6 +158,8 @@ class SsdTier final : public SwapTier {
   const SsdTierOptions& options() const { return options_; }
   // Disk bytes moved so far (thread-safe).
   SsdIoStats io_stats() const;
+  // With auto_codec: the classes decided so far, sorted by class (thread-safe).
+  std::vector<SsdCodecChoice> codec_choices() const;
 
  protected:
   Status store(const SwapSlot& slot, const SwapEndpoint& src, Hash64* hash) override;
@@ -166,8 +188,13 @@ class SsdTier final : public SwapTier {
   // The raw and the coded transfers.
   Status store_raw(Channel& channel, const SwapSlot& slot, const SwapEndpoint& src, Hash64* hash);
   Status load_raw(Channel& channel, const SwapSlot& slot, const SwapEndpoint& dst, Hash64* hash);
-  Status store_coded(Channel& channel, const SwapSlot& slot, const SwapEndpoint& src, Hash64* hash);
-  Status load_coded(Channel& channel, const SwapSlot& slot, const SwapEndpoint& dst, Hash64* hash);
+  Status store_coded(Channel& channel, const SwapSlot& slot, const SwapEndpoint& src, Hash64* hash, CodecId codec);
+  Status load_coded(Channel& channel, const SwapSlot& slot, const SwapEndpoint& dst, Hash64* hash, CodecId codec);
+  // auto_codec: the codec for storing `slot` (measures its class on first sight; kNone until decided).
+  CodecId pick_codec(const SwapSlot& slot, const SwapEndpoint& src);
+  // The codec `slot`'s stored copy was written with.
+  CodecId stored_codec(const SwapSlot& slot);
+  bool coded_staging() const { return options_.codec != CodecId::kNone || options_.auto_codec; }
 
   SsdTierOptions options_;
   SsdIo io_ = SsdIo::kAuto;
@@ -188,7 +215,10 @@ class SsdTier final : public SwapTier {
   struct CodedSlot {
     uint64_t generation = 0;
     std::vector<std::array<std::byte, kChunkHeaderBytes>> chunk_headers;
+    CodecId codec = CodecId::kNone;  // kNone: stored raw (auto_codec only)
   };
+  struct AutoCodec;  // ssd_tier.cc: the automatic choice's measurements
+  std::unique_ptr<AutoCodec> auto_;
   std::mutex coded_mu_;
   std::unordered_map<TensorId, CodedSlot> coded_;
 };

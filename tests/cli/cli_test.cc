@@ -275,7 +275,7 @@ TEST(Cli, TrainCodecOnTheSsdTier) {
       model + " --policy vdnn-all --checksum --tier ssd --budget " +
       std::to_string(r["predicted_peak_bytes"].get<uint64_t>() * 7 / 10);
   uint64_t raw_written = 0;
-  for (const char* codec : {"none", "zero-mask", "lz4", "zstd", "zero-mask+lz4"}) {
+  for (const char* codec : {"none", "zero-mask", "lz4", "zstd", "zero-mask+lz4", "auto"}) {
     Output o = ferry(planned + " --codec " + codec);
     ASSERT_EQ(o.code, 0) << codec << ": " << o.out;
     const auto j = nlohmann::json::parse(o.out);
@@ -292,8 +292,18 @@ TEST(Cli, TrainCodecOnTheSsdTier) {
     if (std::string(codec) == "zero-mask") {
       EXPECT_LT(written, raw_written);
     }
+    if (std::string(codec) == "auto") {
+      ASSERT_TRUE(j.contains("codec_choices"));
+      EXPECT_GT(j["codec_choices"].size(), 0u);
+      for (const auto& c : j["codec_choices"])
+        EXPECT_TRUE(c.contains("class") && c.contains("codec") && c.contains("measured_ratio") &&
+                    c.contains("measured_write_bytes_per_s") && c.contains("predicted_ms"))
+            << c.dump();
+    } else {
+      EXPECT_FALSE(j.contains("codec_choices"));
+    }
   }
-  expect_failure(planned + " --codec gzip", 2, "unknown or lossy codec 'gzip' (lossless codecs: none, zero-mask, lz4");
+  expect_failure(planned + " --codec gzip", 2, "unknown or lossy codec 'gzip' (use auto or a lossless codec: none, zero-mask, lz4");
   expect_failure(planned + " --codec bf16", 2, "lossy codec 'bf16'");
   expect_failure(model + " --policy vdnn-all --budget 70% --codec lz4", 2, "--codec has no effect without --tier ssd");
   expect_failure(model + " --codec lz4", 2, "--codec has no effect");

@@ -233,5 +233,59 @@ TEST(SsdCodecTest, LossyCodecAndHugeChunksAreRejected) {
   EXPECT_EQ(dir.entries(), std::vector<std::string>{});
 }
 
+// auto_codec: per class, each lossless codec is measured on the class's first chunk and the
+// tier's raw rates on its raw transfers; zeros then go coded, random bytes raw; every byte comes
+// back either way.
+TEST(SsdCodecAutoTest, ChoosesPerClassFromWhatItMeasured) {
+  for (SsdIo io : {SsdIo::kUring, SsdIo::kThreads}) {
+    TempDir dir;
+    SsdTierOptions options = coded_options(dir, io, CodecId::kNone);
+    options.chunk_bytes = 64 << 10;
+    options.auto_codec = true;
+    options.tensor_classes = {"random", "zeros", "random", "zeros", "random", "zeros"};
+    auto tier = make_tier(options);
+    ASSERT_NE(tier, nullptr);
+    std::vector<std::vector<std::byte>> data;
+    for (size_t i = 0; i < 6; ++i)
+      data.push_back(i % 2 == 0 ? test::pattern_bytes(i, 1 << 20, 7) : std::vector<std::byte>((1 << 20) + 100));
+    std::vector<SwapSlot> slots;
+    // Tensors 0 and 1 go raw (no rates measured yet) and are read back, which measures them.
+    for (size_t i = 0; i < 6; ++i) {
+      slots.push_back(*tier->reserve(static_cast<TensorId>(i), data[i].size()));
+      if (i == 2) {
+        EXPECT_TRUE(tier->codec_choices().empty());
+        EXPECT_EQ(tier->io_stats().disk_bytes_written, align_up(data[0].size(), 4096) + align_up(data[1].size(), 4096));
+        for (size_t k = 0; k < 2; ++k) {
+          std::vector<std::byte> back(data[k].size());
+          ASSERT_TRUE(tier->read(slots[k], std::span<std::byte>(back)).ok());
+          EXPECT_TRUE(back == data[k]);
+        }
+      }
+      Status st = tier->write(slots[i], std::span<const std::byte>(data[i]));
+      ASSERT_TRUE(st.ok()) << st.message();
+    }
+    const std::vector<SsdCodecChoice> choices = tier->codec_choices();
+    ASSERT_EQ(choices.size(), 2u);
+    EXPECT_EQ(choices[0].tensor_class, "random");
+    EXPECT_EQ(choices[0].codec, CodecId::kNone);
+    EXPECT_EQ(choices[1].tensor_class, "zeros");
+    EXPECT_NE(choices[1].codec, CodecId::kNone);
+    EXPECT_LT(choices[1].ratio, 0.1);
+    EXPECT_GT(choices[1].write_bytes_per_s, 0);
+    EXPECT_LT(choices[1].predicted_seconds, choices[1].predicted_none_seconds);
+    const uint64_t before = tier->io_stats().disk_bytes_read;
+    for (size_t i = 0; i < 6; ++i) {
+      std::vector<std::byte> back(data[i].size(), std::byte{1});
+      Status st = tier->read(slots[i], std::span<std::byte>(back));
+      ASSERT_TRUE(st.ok()) << st.message();
+      EXPECT_TRUE(back == data[i]) << "tensor " << i;
+    }
+    // Tensors 0, 2, 4 (random) and 1 (zeros, stored before the choice) come back raw; 3 and 5
+    // (zeros, coded) in one 4 KiB block per chunk (17 chunks of 64 KiB each).
+    const uint64_t raw = 3 * align_up(1 << 20, 4096) + align_up((1 << 20) + 100, 4096);
+    EXPECT_EQ(tier->io_stats().disk_bytes_read - before, raw + 2 * 17 * 4096);
+  }
+}
+
 }  // namespace
 }  // namespace ferry
