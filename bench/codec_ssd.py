@@ -37,7 +37,7 @@ def main():
     ap.add_argument("--model", default="--model preact-resnet --depth 56 --batch 32",
                     help="ferry train's model options")
     ap.add_argument("--budgets", default="33%,25%")
-    ap.add_argument("--codecs", default="none,zero-mask,lz4")
+    ap.add_argument("--codecs", default="none,zero-mask,lz4,auto")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--iters", type=int, default=6, help="per process; the first is dropped")
     ap.add_argument("--ssd-dir", default="/tmp")
@@ -55,7 +55,7 @@ def main():
     for budget in a.budgets.split(","):
         times = {c: [] for c in codecs}
         round_medians = {c: [] for c in codecs}
-        written, read, losses, swapped = {}, {}, {}, {}
+        written, read, losses, swapped, choices = {}, {}, {}, {}, {}
         for r in range(a.rounds):
             order = codecs[r % len(codecs):] + codecs[:r % len(codecs)]
             for c in order:
@@ -70,6 +70,8 @@ def main():
                 if c in losses and losses[c] != l:
                     sys.exit(f"codec {c}: losses differ between rounds (a run is not deterministic)")
                 losses[c] = l
+                if "codec_choices" in j:
+                    choices[c] = j["codec_choices"]
                 budget_bytes = j["budget_bytes"]
         print(f"## budget {budget} ({budget_bytes / 2**20:.1f} MiB), tensors swapped out per iteration "
               f"{swapped['none'] / 2**20:.1f} MiB\n")
@@ -83,6 +85,11 @@ def main():
             print(f"| {c} | {m:.0f} | {m / m0:.3f} | {paired} | {written[c] / 2**20:.1f} | "
                   f"{written[c] / written['none']:.3f} | {read[c] / 2**20:.1f} | "
                   f"{'yes' if losses[c] == losses['none'] else 'NO'} |")
+        for c, ch in choices.items():
+            picks = ", ".join(f"{x['class']} -> {x['codec']} (ratio {x['measured_ratio']:.2f})" for x in ch)
+            rates = (f"{ch[-1]['measured_write_bytes_per_s'] / 1e9:.2f}/{ch[-1]['measured_read_bytes_per_s'] / 1e9:.2f} GB/s"
+                     if ch else "-")
+            print(f"\n`{c}` chose (last round; tier's raw write/read rate at the last decision {rates}, measured): {picks}")
         print()
         sys.stdout.flush()
 
