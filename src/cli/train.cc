@@ -61,7 +61,9 @@ struct TrainCliOptions {
   std::string tier = "host";
   std::string device = "cpu-local";
   std::string ssd_dir = "/tmp";
-  std::string codec = "none";  // how the SSD tier codes swapped bytes (lossless codecs, or auto)
+  // How the SSD tier codes swapped bytes (lossless codecs, or auto). auto is the default: measured
+  // never slower than none beyond noise (bench/results/codec-ssd-2026-11-25.md).
+  std::string codec = "auto";
   bool checksum = false;
   bool verify_memory = false;
   PolicyOptions policy_options;
@@ -305,10 +307,10 @@ nlohmann::json train_report_json(const TrainCliOptions& o, const TrainSetup& s, 
   j["policy"] = o.policy;
   j["tier"] = o.tier;
   // Measured by the SSD tier: the bytes that really crossed the disk (0 without an SSD tier).
-  j["codec"] = o.codec;
+  j["codec"] = o.tier == "ssd" ? o.codec : "none";  // only the SSD tier codes
   j["ssd_disk_bytes_written"] = e.ssd_io_stats().disk_bytes_written;
   j["ssd_disk_bytes_read"] = e.ssd_io_stats().disk_bytes_read;
-  if (o.codec == "auto") {
+  if (o.tier == "ssd" && o.codec == "auto") {
     j["codec_choices"] = nlohmann::json::array();
     for (const SsdCodecChoice& c : e.ssd_codec_choices())
       j["codec_choices"].push_back({{"class", c.tensor_class},
@@ -415,7 +417,7 @@ int run_train(const TrainCliOptions& given) {
   eo.ssd_dir = o.ssd_dir;
   eo.checksum = o.checksum;
   eo.ssd_codec = *parse_lossless_codec(o.codec);  // checked with the options
-  eo.ssd_codec_auto = o.codec == "auto";
+  eo.ssd_codec_auto = o.tier == "ssd" && o.codec == "auto";
   eo.verify_memory = o.verify_memory;
   Result<std::unique_ptr<Executor>> ex =
       Executor::create(s.graph, *s.backend, eo, s.schedule ? &*s.schedule : nullptr);

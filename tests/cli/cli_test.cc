@@ -271,6 +271,7 @@ TEST(Cli, TrainCodecOnTheSsdTier) {
   const auto r = nlohmann::json::parse(ref.out);
   EXPECT_EQ(r["codec"], "none");
   EXPECT_EQ(r["ssd_disk_bytes_written"], 0);  // no SSD tier
+  EXPECT_FALSE(r.contains("codec_choices"));
   const std::string planned =
       model + " --policy vdnn-all --checksum --tier ssd --budget " +
       std::to_string(r["predicted_peak_bytes"].get<uint64_t>() * 7 / 10);
@@ -303,6 +304,12 @@ TEST(Cli, TrainCodecOnTheSsdTier) {
       EXPECT_FALSE(j.contains("codec_choices"));
     }
   }
+  Output by_default = ferry(planned);  // --codec auto is the default on the SSD tier
+  ASSERT_EQ(by_default.code, 0) << by_default.out;
+  const auto d = nlohmann::json::parse(by_default.out);
+  EXPECT_EQ(d["codec"], "auto");
+  EXPECT_TRUE(d.contains("codec_choices"));
+  EXPECT_EQ(losses_of(d), losses_of(r));
   expect_failure(planned + " --codec gzip", 2, "unknown or lossy codec 'gzip' (use auto or a lossless codec: none, zero-mask, lz4");
   expect_failure(planned + " --codec bf16", 2, "lossy codec 'bf16'");
   expect_failure(model + " --policy vdnn-all --budget 70% --codec lz4", 2, "--codec has no effect without --tier ssd");
