@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <cstdio>
@@ -17,13 +18,16 @@
 
 #include "backend/backend.h"
 #include "cli/commands.h"
+#include "codec/codec.h"
 #include "cli/options.h"
 #include "cli/planning.h"
 #include "cli/train_prediction.h"
 #include "common/units.h"
 #include "cost/profile.h"
 #include "data/data.h"
+#include "graph/zoo/zoo.h"
 #include "loop/profile_cache.h"
+#include "loop/shapes.h"
 #include "loop/training_loop.h"
 #include "runtime/executor.h"
 
@@ -63,6 +67,9 @@ struct TrainCliOptions {
   std::string host_budget;
   std::string device = "cpu-local";
   std::string ssd_dir = "/tmp";
+  // How the SSD tier codes swapped bytes (lossless codecs, or auto). auto is the default: measured
+  // never slower than none beyond noise (bench/results/codec-ssd-2026-11-25.md).
+  std::string codec = "auto";
   bool checksum = false;
   bool verify_memory = false;
   PolicyOptions policy_options;
@@ -73,6 +80,9 @@ struct TrainCliOptions {
   bool static_plan = false;  // plan once, never re-plan
   double drift = 0.15;
   std::string slow_tier;     // tests and benchmarks: "ssd:4@10"
+  std::string seq_range;     // "MIN:MAX"
+  std::string batch_range;
+  int64_t bucket = 0;        // 0: the default for the range
   bool compare = false;  // also train unconstrained first and report the slowdown
   bool demo = false;     // no options at all: the built-in demo (33% with ferry, compared)
 };
@@ -84,6 +94,19 @@ struct Baseline {
   std::vector<float> losses;
 };
 
+// What planning one shape needs: the run's shape, or each bucket's with --seq-range/--batch-range.
+struct ShapePlanning {
+  Graph sized;                    // the graph with the backend's tensor sizes
+  std::vector<uint64_t> scratch;  // the backend's per-op scratch
+  PlanFunction planner;           // what the training loop plans with
+  // The newest plan's tier needs and --host-budget (policies other than none), set by `planner`.
+  std::shared_ptr<std::optional<TieredPlan>> tiered = std::make_shared<std::optional<TieredPlan>>();
+  std::optional<MeasuredFigures> figures;  // known before training: --profile, --op-times, the cache
+  std::string figures_source = "profile";  // "file", "cache", or "profile" (the device's model)
+  std::optional<std::string> cache_path;   // where measured figures are cached (none: --no-cache)
+  ProfileKey cache_key;
+};
+
 // Everything the iterations need, and what the reports say about how it was set up.
 struct TrainSetup {
   Graph graph;
@@ -93,16 +116,12 @@ struct TrainSetup {
   std::optional<BudgetSpec> budget;  // --budget as given
   uint64_t budget_bytes = 0;         // resolved; 0 = what the plan needs
   uint64_t no_swap_peak_bytes = 0;   // the keep plan's device bytes (0 when not needed)
-  Graph sized;                       // the graph with the backend's tensor sizes
-  std::vector<uint64_t> scratch;     // the backend's per-op scratch
   HardwareProfile hw;                // --device
-  PlanFunction planner;              // what the training loop plans with
-  // The newest plan's tier needs and --host-budget (policies other than none), set by `planner`.
-  std::shared_ptr<std::optional<TieredPlan>> tiered = std::make_shared<std::optional<TieredPlan>>();
-  std::optional<MeasuredFigures> figures;  // known before training: --profile, --op-times, the cache
-  std::string figures_source = "profile";  // "file", "cache", or "profile" (the device's model)
-  std::optional<std::string> cache_path;   // where measured figures are cached (none: --no-cache)
-  ProfileKey cache_key;
+  Tier tier = Tier::kHost;           // --tier (host for none)
+  std::optional<BudgetSpec> host_budget;
+  ShapeRange range;                  // --seq-range / --batch-range; empty dimension: one shape
+  std::optional<double> range_lr;    // --batch-range without --lr: the default rate of the largest batch
+  std::map<int64_t, ShapePlanning> shapes;  // per shape bucket (0: the run's one shape)
   // The simulator's prediction of what runs, from the device profile and the op times of an
   // earlier run (--op-times); made when planning, or on request with --op-times.
   std::optional<SimResult> predicted;
@@ -115,6 +134,8 @@ struct TrainResult {
   std::vector<IterationStats> iterations;
   std::vector<uint64_t> rss_bytes;                      // per iteration, after it (measured by the OS)
   std::vector<LoopIteration> loop;                      // per iteration: its expectation and plan version
+  std::vector<int64_t> shape;                           // per iteration: its shape bucket (0: the one shape)
+  double wall_seconds = 0;  // the whole loop: iterations, planning, bucket switches (measured)
   std::vector<std::vector<TransferRecord>> transfers;   // per iteration after the first
   double median_ms = 0;  // of the iterations after the first (which pays one-time costs)
   ConvKernelUse convs;
@@ -131,6 +152,17 @@ void progress(int64_t done, int64_t total, double ms, float loss) {
   std::fflush(stderr);
 }
 
+// --codec: a lossless codec's name; InvalidArgument lists them otherwise.
+Result<CodecId> parse_lossless_codec(const std::string& name) {
+  if (name == "auto") return CodecId::kNone;  // the tier chooses (ExecutorOptions::ssd_codec_auto)
+  std::optional<CodecId> c = codec_from_string(name);
+  if (c && !is_lossy(*c)) return *c;
+  std::string names;
+  for (CodecId k : kLosslessCodecs) names += fmt::format("{}{}", names.empty() ? "" : ", ", to_string(k));
+  return Status::InvalidArgument(
+      fmt::format("--codec: unknown or lossy codec '{}' (use auto or a lossless codec: {})", name, names));
+}
+
 // Bad values, and options that would be silently ignored.
 Status check_train_options(const TrainCliOptions& o) {
   if (o.iters <= 0) return Status::InvalidArgument(fmt::format("--iters must be positive, got {}", o.iters));
@@ -143,8 +175,14 @@ Status check_train_options(const TrainCliOptions& o) {
   for (const char* loop : {"--profile", "--no-cache", "--static-plan", "--drift", "--test-slow-tier"})
     FERRY_RETURN_IF_ERROR(check_option_used(cmd, loop, planned, "without --policy (nothing is planned)"));
   FERRY_RETURN_IF_ERROR(check_option_used(cmd, "--drift", !o.static_plan, "with --static-plan"));
+  FERRY_RETURN_IF_ERROR(check_option_used(cmd, "--bucket", !o.seq_range.empty() || !o.batch_range.empty(),
+                                          "without --seq-range or --batch-range"));
+  if ((!o.seq_range.empty() || !o.batch_range.empty()) && (!o.profile_file.empty() || !o.op_times.empty()))
+    return Status::InvalidArgument("--profile and --op-times hold one shape's op times: not with a shape range");
   if (!o.profile_file.empty() && !o.op_times.empty())
     return Status::InvalidArgument("--profile and --op-times both give op times: use one");
+  FERRY_RETURN_IF_ERROR(check_option_used(cmd, "--codec", planned && o.tier == "ssd", "without --tier ssd"));
+  FERRY_RETURN_IF_ERROR(parse_lossless_codec(o.codec).status());
   FERRY_RETURN_IF_ERROR(check_option_used(cmd, "--device", planned || !o.op_times.empty(),
                                           "without --policy or --op-times (it is what plans and predictions use)"));
   FERRY_RETURN_IF_ERROR(check_option_used(cmd, "--swapin-ahead", o.policy == "lms", "without --policy lms"));
@@ -163,7 +201,29 @@ Result<TrainSetup> set_up_training(const TrainCliOptions& o) {
     s.budget = budget;
   }
   FERRY_RETURN_IF_ERROR(set_compute_threads(o.threads));
-  FERRY_ASSIGN_OR_RETURN(s.graph, load_graph(o.graph));
+  // Variable shapes: the run's graph (for the budget's percentage and the reports) is the largest.
+  GraphOptions largest = o.graph;
+  if (!o.seq_range.empty() || !o.batch_range.empty()) {
+    if (!o.graph.trace.empty())
+      return Status::InvalidArgument("--seq-range and --batch-range build zoo models of each shape: not with --trace");
+    const bool seq = !o.seq_range.empty();
+    if (const ModelEntry* m = find_model(o.graph.model); seq && m && m->family != ModelFamily::kTransformer)
+      return Status::InvalidArgument(
+          fmt::format("--seq-range needs a transformer; '{}' has no sequence length", o.graph.model));
+    FERRY_ASSIGN_OR_RETURN(s.range, parse_shape_range(seq ? "seq" : "batch", seq ? o.seq_range : o.batch_range,
+                                                      o.bucket > 0 ? o.bucket : (seq ? 128 : 8)));
+    (seq ? largest.seq : largest.batch) = s.range.max;
+  }
+  FERRY_ASSIGN_OR_RETURN(s.graph, load_graph(largest));
+  if (s.range.dimension == "seq" && s.graph.info.seq <= 0)
+    return Status::InvalidArgument(fmt::format("--seq-range needs a transformer; '{}' has no sequence length",
+                                               s.graph.info.model));
+  if (s.range.dimension == "batch" && !o.graph.lr)
+    for (const Op& op : s.graph.ops)
+      if (op.phase == Phase::kUpdate) {
+        s.range_lr = op.attrs.lr;  // every batch trains with the default rate of the largest
+        break;
+      }
   if (s.graph.loss == kNoTensor)
     return Status::InvalidArgument(fmt::format(
         "{} names no loss tensor (the trace's \"loss\" field), and training reports the loss of every iteration",
@@ -174,54 +234,59 @@ Result<TrainSetup> set_up_training(const TrainCliOptions& o) {
   return s;
 }
 
-// Resolves the budget and prepares planning with the backend's real sizes: the plan function
-// the training loop calls (loop/training_loop.h), and the figures known before training (--profile,
-// --op-times, the profile cache). The loop plans, runs and re-plans; the executor never exceeds
-// the budget. A percentage is of the keep plan's device bytes at those sizes, which is what the
-// executor needs without a policy.
+// Resolves the budget: a percentage is of the keep plan's device bytes at the backend's sizes
+// (what the executor needs without a policy) of the run's shape, the largest with a shape range.
 Status plan_training(const TrainCliOptions& o, TrainSetup& s) {
-  const bool planned = o.policy != "none";
-  FERRY_ASSIGN_OR_RETURN(Tier tier, parse_tier(o.tier));
+  FERRY_ASSIGN_OR_RETURN(s.tier, parse_tier(o.tier));
   FERRY_ASSIGN_OR_RETURN(s.hw, load_profile(o.device));
-  s.sized = s.graph;
-  FERRY_ASSIGN_OR_RETURN(s.scratch, apply_backend_sizes(s.sized, s.backend_options));
   if (s.budget && s.budget->percent) {
+    Graph sized = s.graph;
+    FERRY_ASSIGN_OR_RETURN(std::vector<uint64_t> scratch, apply_backend_sizes(sized, s.backend_options));
     const CostModel cost(s.hw);
-    PlanContext none{.graph = s.sized, .cost = cost, .tier = tier, .op_scratch_bytes = s.scratch};
+    PlanContext none{.graph = sized, .cost = cost, .tier = s.tier, .op_scratch_bytes = scratch};
     FERRY_ASSIGN_OR_RETURN(PlanReport keep, plan_policy("none", none));
     s.no_swap_peak_bytes = keep.device_bytes;
   }
   s.budget_bytes = s.budget ? s.budget->resolve(s.no_swap_peak_bytes) : 0;
-  std::optional<BudgetSpec> host_budget;
   if (!o.host_budget.empty()) {
     Result<BudgetSpec> hb = parse_budget(o.host_budget);
     if (!hb.ok()) return hb.status().with_context("--host-budget");
-    host_budget = *hb;
+    s.host_budget = *hb;
   }
+  return Status::Ok();
+}
 
-  // Figures known before training.
+// Prepares planning `graph` (one shape) with the backend's real sizes: the plan function the
+// training loop calls (loop/training_loop.h) and the figures known before training (--profile,
+// --op-times, the profile cache). The loop plans, runs and re-plans; the executor never exceeds
+// the budget.
+Result<ShapePlanning> plan_shape(const TrainCliOptions& o, const TrainSetup& s, const Graph& graph) {
+  const bool planned = o.policy != "none";
+  ShapePlanning sp;
+  sp.sized = graph;
+  FERRY_ASSIGN_OR_RETURN(sp.scratch, apply_backend_sizes(sp.sized, s.backend_options));
   if (!o.op_times.empty()) {
-    Graph timed = s.sized;
+    Graph timed = sp.sized;
     FERRY_RETURN_IF_ERROR(apply_op_times(timed, o.op_times));
     MeasuredFigures f;
     for (const Op& op : timed.ops) f.op_us.push_back(*op.time_us);
-    s.figures = f;
-    s.figures_source = "file";
+    sp.figures = f;
+    sp.figures_source = "file";
   }
-  s.cache_key = make_profile_key(s.sized, omp_get_max_threads(), std::string(to_string(s.backend_options.conv_algorithm)));
+  sp.cache_key = make_profile_key(sp.sized, omp_get_max_threads(), std::string(to_string(s.backend_options.conv_algorithm)));
   if (!o.profile_file.empty()) {
-    FERRY_ASSIGN_OR_RETURN(std::optional<MeasuredFigures> f, read_figures(o.profile_file, s.cache_key, s.sized.ops.size()));
+    FERRY_ASSIGN_OR_RETURN(std::optional<MeasuredFigures> f, read_figures(o.profile_file, sp.cache_key, sp.sized.ops.size()));
     if (!f) return Status::InvalidArgument(fmt::format("--profile {}: no such file", o.profile_file));
-    s.figures = *f;
-    s.figures_source = "file";
+    sp.figures = *f;
+    sp.figures_source = "file";
   }
   if (std::optional<std::string> dir = profile_cache_dir(); planned && !o.no_cache && dir)
-    s.cache_path = profile_cache_path(*dir, s.cache_key);
-  if (s.cache_path && !s.figures) {
-    Result<std::optional<MeasuredFigures>> cached = read_figures(*s.cache_path, s.cache_key, s.sized.ops.size());
+    sp.cache_path = profile_cache_path(*dir, sp.cache_key);
+  if (sp.cache_path && !sp.figures) {
+    Result<std::optional<MeasuredFigures>> cached = read_figures(*sp.cache_path, sp.cache_key, sp.sized.ops.size());
     if (cached.ok() && cached->has_value()) {
-      s.figures = **cached;
-      s.figures_source = "cache";
+      sp.figures = **cached;
+      sp.figures_source = "cache";
     } else if (!cached.ok() && !o.json) {
       std::fprintf(stderr, "ferry: note: ignoring the cached profile: %s\n", cached.status().message().c_str());
     }
@@ -230,11 +295,13 @@ Status plan_training(const TrainCliOptions& o, TrainSetup& s) {
   // The plan function: the policy for the budget on the loop's figures, then the host budget.
   const std::string policy = o.policy;
   const uint64_t budget = s.budget_bytes;
-  const std::vector<uint64_t> scratch = s.scratch;
+  const std::vector<uint64_t> scratch = sp.scratch;
   const PolicyOptions options = o.policy_options;
   const bool recompute_only = o.tier == "none";
-  std::shared_ptr<std::optional<TieredPlan>> latest = s.tiered;
-  s.planner = [=](const Graph& timed, const CostModel& cost) -> Result<Schedule> {
+  const Tier tier = s.tier;
+  const std::optional<BudgetSpec> host_budget = s.host_budget;
+  std::shared_ptr<std::optional<TieredPlan>> latest = sp.tiered;
+  sp.planner = [=](const Graph& timed, const CostModel& cost) -> Result<Schedule> {
     if (policy == "none") return Schedule::keep_all(timed.ops.size());
     PlanContext ctx{.graph = timed, .cost = cost, .budget_bytes = budget, .tier = tier, .op_scratch_bytes = scratch,
                     .options = options};
@@ -244,13 +311,13 @@ Status plan_training(const TrainCliOptions& o, TrainSetup& s) {
     *latest = std::move(plan);
     return schedule;
   };
-  return Status::Ok();
+  return sp;
 }
 
 // The plan's one-line summary (the newest plan).
-std::string plan_summary(const TrainCliOptions& o, const TrainSetup& s) {
-  if (!s.tiered->has_value()) return "";
-  const TieredPlan& plan = **s.tiered;
+std::string plan_summary(const TrainCliOptions& o, const ShapePlanning& sp) {
+  if (!sp.tiered->has_value()) return "";
+  const TieredPlan& plan = **sp.tiered;
   std::string out = fmt::format("policy {}: {} tensors swapped to {}, {} recomputed", o.policy,
                                 plan.report.swapped_tensors, o.tier, plan.report.recomputed_tensors);
   if (plan.cascade && plan.cascade->moved_tensors > 0)
@@ -261,11 +328,12 @@ std::string plan_summary(const TrainCliOptions& o, const TrainSetup& s) {
 
 // The training loop's options for this run (the planned run, or with `baseline` the run without a
 // plan that --compare measures first).
-Result<LoopOptions> loop_options(const TrainCliOptions& o, const TrainSetup& s, bool baseline) {
+Result<LoopOptions> loop_options(const TrainCliOptions& o, const TrainSetup& s, const ShapePlanning& sp,
+                                 bool baseline) {
   LoopOptions lo;
   lo.executor.seed = o.seed;
   lo.profile = s.hw;
-  lo.op_scratch_bytes = s.scratch;
+  lo.op_scratch_bytes = sp.scratch;
   if (baseline) {
     lo.measure_online = false;
     lo.drift_threshold = 0;
@@ -276,15 +344,17 @@ Result<LoopOptions> loop_options(const TrainCliOptions& o, const TrainSetup& s, 
   // The host tier is made at what the plan's placement needs, which plan_tiered() keeps within
   // --host-budget; its own accounting then measures the peak.
   lo.executor.checksum = o.checksum;
+  lo.executor.ssd_codec = *parse_lossless_codec(o.codec);  // checked with the options
+  lo.executor.ssd_codec_auto = o.tier == "ssd" && o.codec == "auto";
   lo.executor.verify_memory = o.verify_memory;
-  lo.figures = s.figures;
-  lo.figures_source = s.figures_source;
+  lo.figures = sp.figures;
+  lo.figures_source = sp.figures_source;
   const bool planned = o.policy != "none";
   lo.measure_online = planned && !o.static_plan;
   lo.drift_threshold = planned && !o.static_plan ? o.drift : 0;
-  if (s.cache_path) {
-    const std::string path = *s.cache_path;
-    const ProfileKey key = s.cache_key;
+  if (sp.cache_path) {
+    const std::string path = *sp.cache_path;
+    const ProfileKey key = sp.cache_key;
     const bool quiet = o.json;
     lo.on_figures = [path, key, quiet](const MeasuredFigures& f) {
       if (Status st = write_figures(path, key, f); !st.ok() && !quiet)
@@ -308,34 +378,69 @@ Result<LoopOptions> loop_options(const TrainCliOptions& o, const TrainSetup& s, 
   return lo;
 }
 
-// Runs the iterations through the training loop (measuring the process's resident set after
-// each, and keeping the transfers of the iterations after the first that ran the final plan); a
+// The shape buckets of a run (loop/shapes.h), each bucket's graph, planning and loop made on its
+// first iteration; a run without a shape range has one bucket, the run's own shape. `baseline`:
+// the run without a plan that --compare measures first (same shapes, keep plans).
+ShapeBuckets make_buckets(const TrainCliOptions& o, TrainSetup& s, bool baseline) {
+  auto factory = [&o, &s, baseline](int64_t value) -> Result<BucketParts> {
+    BucketParts parts;
+    if (value == 0) {
+      parts.graph = s.graph;
+    } else {
+      GraphOptions g = o.graph;
+      (s.range.dimension == "seq" ? g.seq : g.batch) = value;
+      if (!g.lr) g.lr = s.range_lr;
+      FERRY_ASSIGN_OR_RETURN(parts.graph, load_graph(g));
+    }
+    FERRY_ASSIGN_OR_RETURN(ShapePlanning sp, plan_shape(o, s, parts.graph));
+    FERRY_ASSIGN_OR_RETURN(parts.options, loop_options(o, s, sp, baseline));
+    parts.sized = sp.sized;
+    parts.plan = baseline ? PlanFunction([](const Graph& g, const CostModel&) -> Result<Schedule> {
+      return Schedule::keep_all(g.ops.size());
+    })
+                          : sp.planner;
+    FERRY_ASSIGN_OR_RETURN(parts.data, open_data(o.data, parts.graph, o.seed));
+    if (!baseline) s.shapes[value] = std::move(sp);
+    return parts;
+  };
+  return ShapeBuckets(*s.backend, s.range, o.seed, factory);
+}
+
+// Runs the iterations (measuring the process's resident set after each, and keeping the
+// transfers of the iterations after the first that ran the final plan of the last bucket); a
 // non-finite loss stops training.
-Result<TrainResult> run_iterations(TrainingLoop& loop, DataSource& data, int64_t iters, bool show_progress) {
+Result<TrainResult> run_iterations(ShapeBuckets& buckets, int64_t iters, bool show_progress) {
   TrainResult r;
+  const auto start = std::chrono::steady_clock::now();
   auto fail = [&](Status s) {
     if (show_progress) std::fprintf(stderr, "\n");
     return s;
   };
   for (int64_t it = 0; it < iters; ++it) {
-    const size_t versions = loop.plan_versions().size();
-    Result<LoopIteration> st = loop.run_iteration(it, data);
+    const int64_t before_bucket = buckets.buckets().empty() ? -1 : buckets.active().value;
+    const size_t versions = buckets.buckets().empty() ? 0 : buckets.active_loop().plan_versions().size();
+    Result<LoopIteration> st = buckets.run_iteration(it);
     if (!st.ok()) return fail(st.status().with_context(fmt::format("iteration {}", it)));
     r.iterations.push_back(st->stats);
     r.loop.push_back(*st);
+    r.shape.push_back(buckets.active().value);
     r.rss_bytes.push_back(current_rss_bytes());
-    if (it > 0 || iters == 1) r.transfers.push_back(loop.executor().last_transfers());
-    if (loop.plan_versions().size() != versions) r.transfers.clear();  // the next iterations run a new plan
+    if (buckets.active().value != before_bucket) r.transfers.clear();  // another graph, another plan
+    if (it > 0 || iters == 1) r.transfers.push_back(buckets.active_loop().executor().last_transfers());
+    if (buckets.active_loop().plan_versions().size() != versions && buckets.active().value == before_bucket)
+      r.transfers.clear();  // the next iterations run a new plan
     if (!std::isfinite(st->stats.loss))
       return fail(Status::Internal(fmt::format("iteration {}: the loss is {} (diverged; lower --lr)", it, st->stats.loss)));
     if (show_progress) progress(it + 1, iters, st->stats.time_ms, st->stats.loss);
   }
+  r.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return r;
 }
 
-Result<TrainResult> summarize(TrainResult r, const TrainingLoop& loop) {
-  r.convs = conv_kernel_use(loop.executor().graph(), loop.executor().compiled());
-  FERRY_ASSIGN_OR_RETURN(r.extent_bytes, loop.measured_extent_bytes());
+Result<TrainResult> summarize(TrainResult r, ShapeBuckets& buckets) {
+  const Executor& e = buckets.active_loop().executor();
+  r.convs = conv_kernel_use(e.graph(), e.compiled());
+  FERRY_ASSIGN_OR_RETURN(r.extent_bytes, buckets.measured_extent_bytes());
   std::vector<double> steady;
   for (size_t i = r.iterations.size() > 1 ? 1 : 0; i < r.iterations.size(); ++i)
     steady.push_back(r.iterations[i].time_ms);
@@ -344,19 +449,15 @@ Result<TrainResult> summarize(TrainResult r, const TrainingLoop& loop) {
   return r;
 }
 
-// --compare: trains the same graph on the same data without a budget or a plan (the executor
-// allocates what the keep plan needs), in this process, before the planned run.
-Result<Baseline> run_baseline(const TrainCliOptions& o, const TrainSetup& s, bool show_progress) {
-  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<DataSource> data, open_data(o.data, s.graph, o.seed));
-  FERRY_ASSIGN_OR_RETURN(LoopOptions lo, loop_options(o, s, /*baseline=*/true));
-  auto keep = [](const Graph& g, const CostModel&) -> Result<Schedule> { return Schedule::keep_all(g.ops.size()); };
-  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<TrainingLoop> loop, TrainingLoop::create(s.graph, s.sized, *s.backend, keep, lo));
-  FERRY_RETURN_IF_ERROR(loop->initialize());
-  FERRY_ASSIGN_OR_RETURN(TrainResult r, run_iterations(*loop, *data, o.iters, show_progress));
-  FERRY_ASSIGN_OR_RETURN(r, summarize(std::move(r), *loop));
+// --compare: trains the same graph (the same shapes) on the same data without a budget or a plan
+// (the executor allocates what the keep plan needs), in this process, before the planned run.
+Result<Baseline> run_baseline(const TrainCliOptions& o, TrainSetup& s, bool show_progress) {
+  ShapeBuckets buckets = make_buckets(o, s, /*baseline=*/true);
+  FERRY_ASSIGN_OR_RETURN(TrainResult r, run_iterations(buckets, o.iters, show_progress));
+  FERRY_ASSIGN_OR_RETURN(r, summarize(std::move(r), buckets));
   Baseline b;
   b.median_ms = r.median_ms;
-  b.measured_peak_bytes = loop->measured_peak_bytes();
+  b.measured_peak_bytes = buckets.measured_peak_bytes();
   for (const IterationStats& it : r.iterations) b.losses.push_back(it.loss);
   return b;
 }
@@ -369,8 +470,25 @@ bool same_losses(const Baseline& b, const TrainResult& r) {
 }
 
 // The JSON document of a run (--json).
-nlohmann::json train_report_json(const TrainCliOptions& o, const TrainSetup& s, const TrainingLoop& loop,
+nlohmann::json plan_versions_json(const TrainingLoop& loop) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const PlanVersion& v : loop.plan_versions())
+    out.push_back({{"version", v.version},
+                   {"from_iteration", v.from_iteration},
+                   {"reason", v.reason},
+                   {"figures", v.figures_source},
+                   {"predicted_ms", v.predicted_ms},
+                   {"planning_seconds", v.planning_seconds},
+                   {"swapped_tensors", v.swapped_tensors},
+                   {"recomputed_tensors", v.recomputed_tensors},
+                   {"new_executor", v.new_executor}});
+  return out;
+}
+
+nlohmann::json train_report_json(const TrainCliOptions& o, const TrainSetup& s, ShapeBuckets& buckets,
                                  const TrainResult& r) {
+  const TrainingLoop& loop = buckets.active_loop();
+  const ShapePlanning& sp = s.shapes.at(buckets.active().value);
   const Executor& e = loop.executor();
   nlohmann::json j;
   j["model"] = s.graph.info.model;
@@ -386,16 +504,17 @@ nlohmann::json train_report_json(const TrainCliOptions& o, const TrainSetup& s, 
                                {"time_ms", r.iterations[i].time_ms},
                                {"expected_ms", r.loop[i].expected_ms},
                                {"plan_version", r.loop[i].plan_version},
+                               {"shape", r.shape[i]},
                                {"rss_bytes", r.rss_bytes[i]}});
   j["median_iter_ms"] = r.median_ms;
   // Measured: the executor's own accounting, an arena scan, the OS and the tiers' own counters.
-  j["measured_peak_bytes"] = loop.measured_peak_bytes();
+  j["measured_peak_bytes"] = buckets.measured_peak_bytes();
   j["measured_extent_bytes"] = r.extent_bytes;
   j["peak_rss_bytes"] = peak_rss_bytes();
-  j["host_tier_peak_bytes"] = loop.tier_peak_bytes(Tier::kHost);
-  j["ssd_tier_peak_bytes"] = loop.tier_peak_bytes(Tier::kSsd);
+  j["host_tier_peak_bytes"] = buckets.tier_peak_bytes(Tier::kHost);
+  j["ssd_tier_peak_bytes"] = buckets.tier_peak_bytes(Tier::kSsd);
   j["host_tier_capacity_bytes"] = e.host_tier_stats().capacity_bytes;
-  const std::optional<TieredPlan>& tiered = *s.tiered;
+  const std::optional<TieredPlan>& tiered = *sp.tiered;
   j["host_budget_bytes"] = tiered && tiered->host_budget_bytes ? nlohmann::json(*tiered->host_budget_bytes)
                                                                : nlohmann::json();
   if (tiered && tiered->cascade) {
@@ -404,18 +523,8 @@ nlohmann::json train_report_json(const TrainCliOptions& o, const TrainSetup& s, 
   }
   // The dynamic loop: where the figures came from, every plan and why, what drifted.
   j["profile_source"] = s.profile_source;
-  j["profile_cache"] = s.cache_path ? nlohmann::json(*s.cache_path) : nlohmann::json();
-  j["plan_versions"] = nlohmann::json::array();
-  for (const PlanVersion& v : loop.plan_versions())
-    j["plan_versions"].push_back({{"version", v.version},
-                                  {"from_iteration", v.from_iteration},
-                                  {"reason", v.reason},
-                                  {"figures", v.figures_source},
-                                  {"predicted_ms", v.predicted_ms},
-                                  {"planning_seconds", v.planning_seconds},
-                                  {"swapped_tensors", v.swapped_tensors},
-                                  {"recomputed_tensors", v.recomputed_tensors},
-                                  {"new_executor", v.new_executor}});
+  j["profile_cache"] = sp.cache_path ? nlohmann::json(*sp.cache_path) : nlohmann::json();
+  j["plan_versions"] = plan_versions_json(loop);
   j["loop_events"] = nlohmann::json::array();
   for (const LoopEvent& ev : loop.events())
     j["loop_events"].push_back({{"after_iteration", ev.after_iteration}, {"what", ev.what}});
@@ -440,8 +549,38 @@ nlohmann::json train_report_json(const TrainCliOptions& o, const TrainSetup& s, 
   j["persistent_bytes"] = e.persistent_region_bytes();
   j["policy"] = o.policy;
   j["tier"] = o.tier;
-  j["bytes_swapped_out"] = loop.bytes_moved(Direction::kSwapOut);
-  j["bytes_swapped_in"] = loop.bytes_moved(Direction::kSwapIn);
+  // Measured by the SSD tier of the last plan's executor: the bytes that really crossed the disk
+  // (0 without an SSD tier).
+  j["codec"] = o.tier == "ssd" ? o.codec : "none";  // only the SSD tier codes
+  j["ssd_disk_bytes_written"] = e.ssd_io_stats().disk_bytes_written;
+  j["ssd_disk_bytes_read"] = e.ssd_io_stats().disk_bytes_read;
+  if (o.tier == "ssd" && o.codec == "auto") {
+    j["codec_choices"] = nlohmann::json::array();
+    for (const SsdCodecChoice& c : e.ssd_codec_choices())
+      j["codec_choices"].push_back({{"class", c.tensor_class},
+                                    {"codec", std::string(to_string(c.codec))},
+                                    {"measured_ratio", c.ratio},
+                                    {"measured_write_bytes_per_s", c.write_bytes_per_s},
+                                    {"measured_read_bytes_per_s", c.read_bytes_per_s},
+                                    {"predicted_ms", c.predicted_seconds * 1e3},
+                                    {"predicted_none_ms", c.predicted_none_seconds * 1e3}});
+  }
+  j["bytes_swapped_out"] = buckets.bytes_moved(Direction::kSwapOut);
+  j["bytes_swapped_in"] = buckets.bytes_moved(Direction::kSwapIn);
+  if (!s.range.dimension.empty()) {
+    // Variable shapes: every bucket's plans; planning time against the run's (both measured).
+    j["shape_range"] = {{"dimension", s.range.dimension}, {"min", s.range.min}, {"max", s.range.max},
+                        {"bucket", s.range.bucket}};
+    j["buckets"] = nlohmann::json::array();
+    for (const auto& [value, b] : buckets.buckets())
+      j["buckets"].push_back({{"shape", value},
+                              {"iterations", b->iterations},
+                              {"measured_peak_bytes", b->loop->measured_peak_bytes()},
+                              {"plan_versions", plan_versions_json(*b->loop)}});
+    j["planning_seconds"] = buckets.planning_seconds();
+    j["run_seconds"] = r.wall_seconds;  // iterations, planning and bucket switches
+    j["planning_fraction"] = r.wall_seconds > 0 ? buckets.planning_seconds() / r.wall_seconds : 0;
+  }
   if (s.baseline) {
     j["baseline"] = {{"median_iter_ms", s.baseline->median_ms},
                      {"measured_peak_bytes", s.baseline->measured_peak_bytes},
@@ -452,7 +591,9 @@ nlohmann::json train_report_json(const TrainCliOptions& o, const TrainSetup& s, 
 }
 
 // The human summary after the iterations.
-void print_train_summary(const TrainCliOptions& o, const TrainSetup& s, const TrainingLoop& loop, const TrainResult& r) {
+void print_train_summary(const TrainCliOptions& o, const TrainSetup& s, ShapeBuckets& buckets, const TrainResult& r) {
+  const TrainingLoop& loop = buckets.active_loop();
+  const ShapePlanning& sp = s.shapes.at(buckets.active().value);
   const Executor& e = loop.executor();
   std::printf("  loss            %.4f -> %.4f (first -> last iteration)\n", r.iterations.front().loss,
               r.iterations.back().loss);
@@ -462,22 +603,29 @@ void print_train_summary(const TrainCliOptions& o, const TrainSetup& s, const Tr
     std::printf("                  predicted %.1f ms by the last plan (figures: %s; device profile %s)\n",
                 s.predicted->iteration_us / 1e3, s.profile_source.c_str(), o.device.c_str());
   std::printf("  device memory   measured: peak %s held, highest byte written at %s; budget %s\n",
-              format_bytes(loop.measured_peak_bytes()).c_str(), format_bytes(r.extent_bytes).c_str(),
+              format_bytes(buckets.measured_peak_bytes()).c_str(), format_bytes(r.extent_bytes).c_str(),
               format_bytes(e.budget_bytes()).c_str());
   std::printf("                  predicted: peak %s held, %s placed (weights+state %s)\n",
               format_bytes(e.predicted_live_peak_bytes()).c_str(), format_bytes(e.predicted_peak_bytes()).c_str(),
               format_bytes(e.persistent_region_bytes()).c_str());
   std::printf("  host memory     measured: process peak RSS %s", format_bytes(peak_rss_bytes()).c_str());
-  if (const uint64_t host = loop.tier_peak_bytes(Tier::kHost); host > 0)
+  if (const uint64_t host = buckets.tier_peak_bytes(Tier::kHost); host > 0)
     std::printf(", host tier peak %s", format_bytes(host).c_str());
-  if (s.tiered->has_value() && (*s.tiered)->host_budget_bytes)
-    std::printf(" (host budget %s)", (*s.tiered)->host_budget_text.c_str());
-  if (const uint64_t ssd = loop.tier_peak_bytes(Tier::kSsd); ssd > 0)
+  if (sp.tiered->has_value() && (*sp.tiered)->host_budget_bytes)
+    std::printf(" (host budget %s)", (*sp.tiered)->host_budget_text.c_str());
+  if (const uint64_t ssd = buckets.tier_peak_bytes(Tier::kSsd); ssd > 0)
     std::printf(", SSD tier peak %s", format_bytes(ssd).c_str());
   std::printf("\n");
+  if (e.ssd_tier_stats().capacity_bytes > 0)
+    std::printf("  SSD traffic     measured: %s written, %s read (codec %s; tensors %s out, %s in)\n",
+                format_bytes(e.ssd_io_stats().disk_bytes_written).c_str(),
+                format_bytes(e.ssd_io_stats().disk_bytes_read).c_str(), o.codec.c_str(),
+                format_bytes(e.ssd_tier_stats().bytes_written).c_str(), format_bytes(e.ssd_tier_stats().bytes_read).c_str());
+  if (const std::string summary = plan_summary(o, sp); !summary.empty())
+    std::printf("  plan            %s\n", summary.c_str());
   if (o.policy != "none") {
     std::printf("  plans           figures: %s%s\n", s.profile_source.c_str(),
-                s.cache_path ? (" (cache " + *s.cache_path + ")").c_str() : "");
+                sp.cache_path ? (" (cache " + *sp.cache_path + ")").c_str() : "");
     for (const PlanVersion& v : loop.plan_versions())
       std::printf("    v%d from iteration %lld: %s; predicted %.1f ms, planned in %.2f s%s\n", v.version,
                   static_cast<long long>(v.from_iteration), v.reason.c_str(), v.predicted_ms, v.planning_seconds,
@@ -497,7 +645,7 @@ void print_train_summary(const TrainCliOptions& o, const TrainSetup& s, const Tr
                 b.median_ms);
     const std::string planned = fmt::format("{} at {}", o.policy, s.budget ? s.budget->text : std::string("?"));
     std::printf("  %-26s %12s %14s %13.1f ms  %.2fx\n", planned.c_str(), format_bytes(e.budget_bytes()).c_str(),
-                format_bytes(loop.measured_peak_bytes()).c_str(), r.median_ms, r.median_ms / b.median_ms);
+                format_bytes(buckets.measured_peak_bytes()).c_str(), r.median_ms, r.median_ms / b.median_ms);
     std::printf("  need without a plan %s; losses bitwise identical: %s\n",
                 format_bytes(s.no_swap_peak_bytes > 0 ? s.no_swap_peak_bytes : b.measured_peak_bytes).c_str(),
                 same_losses(b, r) ? "yes" : "NO");
@@ -505,13 +653,16 @@ void print_train_summary(const TrainCliOptions& o, const TrainSetup& s, const Tr
 }
 
 // The line before the iterations.
-void print_train_header(const TrainCliOptions& o, const TrainSetup& s, const Executor& e) {
+void print_train_header(const TrainCliOptions& o, const TrainSetup& s) {
   const std::string budget = s.budget && s.budget->percent ? s.budget->describe(s.no_swap_peak_bytes)
-                                                           : format_bytes(e.budget_bytes());
-  std::printf("Training %s for %lld iterations on %s data, %d threads, budget %s (plan needs %s)\n",
-              describe(s.graph).c_str(), static_cast<long long>(o.iters), s.data->name().c_str(),
-              omp_get_max_threads(), budget.c_str(), format_bytes(e.predicted_peak_bytes()).c_str());
-  if (const std::string summary = plan_summary(o, s); !summary.empty()) std::printf("  %s\n", summary.c_str());
+                                                           : s.budget ? format_bytes(s.budget_bytes) : "what the plan needs";
+  std::printf("Training %s for %lld iterations on %s data, %d threads, budget %s\n", describe(s.graph).c_str(),
+              static_cast<long long>(o.iters), s.data->name().c_str(), omp_get_max_threads(), budget.c_str());
+  if (!s.range.dimension.empty())
+    std::printf("  shapes: %s drawn from %lld..%lld per iteration, rounded up to multiples of %lld (one plan per "
+                "bucket)\n",
+                s.range.dimension.c_str(), static_cast<long long>(s.range.min), static_cast<long long>(s.range.max),
+                static_cast<long long>(s.range.bucket));
 }
 
 int run_train(const TrainCliOptions& given) {
@@ -537,25 +688,20 @@ int run_train(const TrainCliOptions& given) {
     if (!b.ok()) return report(b.status().with_context("the run without a plan (--compare)"));
     s.baseline = std::move(*b);
   }
-  Result<LoopOptions> lo = loop_options(o, s, /*baseline=*/false);
-  if (!lo.ok()) return report(lo.status());
-  Result<std::unique_ptr<TrainingLoop>> made = TrainingLoop::create(s.graph, s.sized, *s.backend, s.planner, *lo);
-  if (!made.ok()) return report(with_conv_hint(made.status(), s.graph, s.backend_options));
-  TrainingLoop& loop = **made;
-  if (Status st = loop.initialize(); !st.ok()) return report(st);
-
-  if (!o.json) print_train_header(o, s, loop.executor());
-  Result<TrainResult> iterations = run_iterations(loop, *s.data, o.iters, show_progress);
-  if (!iterations.ok()) return report(iterations.status());
-  Result<TrainResult> r = summarize(std::move(*iterations), loop);
+  if (!o.json) print_train_header(o, s);
+  ShapeBuckets buckets = make_buckets(o, s, /*baseline=*/false);
+  Result<TrainResult> iterations = run_iterations(buckets, o.iters, show_progress);
+  if (!iterations.ok()) return report(with_conv_hint(iterations.status(), s.graph, s.backend_options));
+  Result<TrainResult> r = summarize(std::move(*iterations), buckets);
   if (!r.ok()) return report(r.status());
   // The newest plan's prediction and where its figures came from.
+  const TrainingLoop& loop = buckets.active_loop();
   if (o.policy != "none" || !o.op_times.empty()) s.predicted = loop.prediction();
   s.profile_source = loop.plan_versions().back().figures_source;
   if (o.json) {
-    std::printf("%s\n", train_report_json(o, s, loop, *r).dump(2).c_str());
+    std::printf("%s\n", train_report_json(o, s, buckets, *r).dump(2).c_str());
   } else {
-    print_train_summary(o, s, loop, *r);
+    print_train_summary(o, s, buckets, *r);
   }
   if (s.baseline && !same_losses(*s.baseline, *r))
     return report(Status::Internal("the planned run's losses differ from the run without a plan: a memory-management "
@@ -591,6 +737,10 @@ void register_train(CLI::App& app, std::function<int()>& action) {
       ->capture_default_str();
   add_host_budget_option(cmd, o->host_budget);
   cmd->add_option("--ssd-dir", o->ssd_dir, "Directory for the SSD tier's temporary files")->capture_default_str();
+  cmd->add_option("--codec", o->codec,
+                  "How the SSD tier codes swapped bytes on disk, losslessly: none, zero-mask, lz4, zstd, "
+                  "zero-mask+lz4, or auto (measured and chosen per class of tensor; docs/codecs.md)")
+      ->capture_default_str();
   cmd->add_option("--device", o->device, "Hardware profile whose op and transfer times the policy plans with")
       ->capture_default_str();
   cmd->add_option("--op-times", o->op_times,
@@ -610,6 +760,16 @@ void register_train(CLI::App& app, std::function<int()>& action) {
                   "the measured op or link times changed as much (0: never)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 10.0));
+  CLI::Option* seq_range = cmd->add_option(
+      "--seq-range", o->seq_range,
+      "Variable sequence length (transformers): MIN:MAX, one length drawn per iteration from the seed, rounded up to "
+      "a multiple of --bucket (default 128); one plan per bucket, made when it first comes up and reused");
+  CLI::Option* batch_range = cmd->add_option(
+      "--batch-range", o->batch_range,
+      "Variable batch size: MIN:MAX, drawn per iteration, rounded up to a multiple of --bucket (default 8); one plan "
+      "per bucket. Without --lr every batch uses the default rate of the largest");
+  seq_range->excludes(batch_range);
+  cmd->add_option("--bucket", o->bucket, "Bucket size of --seq-range / --batch-range")->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--test-slow-tier", o->slow_tier,
                   "Tests and benchmarks: TIER:FACTOR@ITERATION makes the tier's transfers FACTOR times slower from that "
                   "iteration on (ssd:4@10), to watch the loop re-plan")

@@ -228,6 +228,21 @@ void write_header_fields(const FrameInfo& info, std::byte* out) {
   store<uint32_t>(out + 20, info.chunk_count);
 }
 
+// Checks chunk `i`'s header `h` (kChunkHeaderBytes) against the frame; returns its payload size.
+Result<uint32_t> check_chunk_header(const FrameInfo& info, uint32_t i, const std::byte* h) {
+  const uint32_t payload_bytes = load<uint32_t>(h);
+  const uint8_t method_id = std::to_integer<uint8_t>(h[4]);
+  const uint64_t input_bytes = info.chunk_input_bytes(i);
+  if (!known_codec(method_id) || !allowed_method(info.codec, static_cast<CodecId>(method_id)) || h[5] != std::byte{0} ||
+      h[6] != std::byte{0} || h[7] != std::byte{0})
+    return chunk_error(info, i, fmt::format("bad chunk header (method {})", method_id));
+  const CodecId method = static_cast<CodecId>(method_id);
+  if (method == CodecId::kNone ? payload_bytes != input_bytes : payload_bytes >= input_bytes)
+    return chunk_error(info, i, fmt::format("{} payload of {} bytes for {} input bytes", to_string(method),
+                                            payload_bytes, input_bytes));
+  return payload_bytes;
+}
+
 Result<FrameInfo> make_info(CodecId codec, uint64_t original_bytes, uint32_t chunk_bytes) {
   if (!valid_chunk_bytes(chunk_bytes))
     return Status::InvalidArgument(fmt::format("codec chunk size {} bytes: must be a multiple of 64 in [{}, {}]",
@@ -339,27 +354,36 @@ Result<uint64_t> FrameDecoder::decode_available(CodecContext& ctx, std::span<con
         fmt::format("decode output has {} bytes, the frame holds {}", out.size(), info_.original_bytes));
   while (next_chunk_ < info_.chunk_count && frame_prefix.size() >= offset_ + kChunkHeaderBytes) {
     const uint32_t i = next_chunk_;
-    const std::byte* h = frame_prefix.data() + offset_;
-    const uint32_t payload_bytes = load<uint32_t>(h);
-    const uint8_t method_id = std::to_integer<uint8_t>(h[4]);
-    const uint64_t input_bytes = info_.chunk_input_bytes(i);
-    if (!known_codec(method_id) || !allowed_method(info_.codec, static_cast<CodecId>(method_id)) || h[5] != std::byte{0} ||
-        h[6] != std::byte{0} || h[7] != std::byte{0})
-      return chunk_error(info_, i, fmt::format("bad chunk header (method {})", method_id));
-    const CodecId method = static_cast<CodecId>(method_id);
-    if (method == CodecId::kNone ? payload_bytes != input_bytes : payload_bytes >= input_bytes)
-      return chunk_error(info_, i, fmt::format("{} payload of {} bytes for {} input bytes", to_string(method),
-                                               payload_bytes, input_bytes));
+    FERRY_ASSIGN_OR_RETURN(const uint32_t payload_bytes, check_chunk_header(info_, i, frame_prefix.data() + offset_));
     if (frame_prefix.size() < offset_ + kChunkHeaderBytes + payload_bytes) break;
-    std::span<const std::byte> payload = frame_prefix.subspan(offset_ + kChunkHeaderBytes, payload_bytes);
-    if (hash64(payload, chunk_seed(info_, i, method)) != load<uint64_t>(h + 8))
-      return chunk_error(info_, i, "payload checksum mismatch");
-    Status s = decode_payload(ctx, method, payload, out.subspan(info_.chunk_offset(i), input_bytes));
-    if (!s.ok()) return s.code() == StatusCode::kIoError ? chunk_error(info_, i, s.message()) : s;
+    FERRY_RETURN_IF_ERROR(decode_chunk(ctx, info_, i, frame_prefix.subspan(offset_, kChunkHeaderBytes + payload_bytes),
+                                       out.subspan(info_.chunk_offset(i), info_.chunk_input_bytes(i))));
     offset_ += kChunkHeaderBytes + payload_bytes;
     ++next_chunk_;
   }
   return std::min<uint64_t>(info_.chunk_offset(next_chunk_), info_.original_bytes);
+}
+
+Status decode_chunk(CodecContext& ctx, const FrameInfo& info, uint32_t i, std::span<const std::byte> record,
+                    std::span<std::byte> out) {
+  if (i >= info.chunk_count) return chunk_error(info, i, "no such chunk");
+  const uint64_t input_bytes = info.chunk_input_bytes(i);
+  if (out.size() != input_bytes)
+    return Status::InvalidArgument(fmt::format("chunk {} decodes to {} bytes, its output has {}", i, input_bytes,
+                                               out.size()));
+  if (record.size() < kChunkHeaderBytes)
+    return chunk_error(info, i, fmt::format("record of {} bytes, shorter than a chunk header", record.size()));
+  FERRY_ASSIGN_OR_RETURN(const uint32_t payload_bytes, check_chunk_header(info, i, record.data()));
+  const CodecId method = static_cast<CodecId>(std::to_integer<uint8_t>(record[4]));
+  if (record.size() != kChunkHeaderBytes + payload_bytes)
+    return chunk_error(info, i, fmt::format("record of {} bytes, its header says {}", record.size(),
+                                            kChunkHeaderBytes + payload_bytes));
+  std::span<const std::byte> payload = record.subspan(kChunkHeaderBytes, payload_bytes);
+  if (hash64(payload, chunk_seed(info, i, method)) != load<uint64_t>(record.data() + 8))
+    return chunk_error(info, i, "payload checksum mismatch");
+  Status s = decode_payload(ctx, method, payload, out);
+  if (!s.ok()) return s.code() == StatusCode::kIoError ? chunk_error(info, i, s.message()) : s;
+  return Status::Ok();
 }
 
 Result<uint64_t> encode_frame(CodecContext& ctx, CodecId codec, std::span<const std::byte> input,

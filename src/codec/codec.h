@@ -197,6 +197,16 @@ class FrameDecoder {
   uint64_t offset_ = 0;
 };
 
+// Decodes chunk `index` of the frame described by `info` from `record`, exactly its chunk header
+// followed by its payload, into `out` (info.chunk_input_bytes(index) bytes): for readers that keep
+// a frame's chunks apart, e.g. the SSD tier, which stores each chunk's payload at a fixed place
+// and the chunk headers in memory. `info` is the encoder's (FrameEncoder::create with the same
+// codec, size and chunk size gives it back). Errors (kIoError) name the chunk, as
+// FrameDecoder::decode_available's: bad chunk header, payload size or checksum, a payload its
+// codec rejects.
+Status decode_chunk(CodecContext& ctx, const FrameInfo& info, uint32_t index, std::span<const std::byte> record,
+                    std::span<std::byte> out);
+
 // Encodes all of `input` as one frame into the front of `out` (at least
 // max_encoded_bytes(input.size(), chunk_bytes) bytes); returns the frame's size.
 Result<uint64_t> encode_frame(CodecContext& ctx, CodecId codec, std::span<const std::byte> input,

@@ -118,17 +118,30 @@ Status TrainingLoop::replan(int64_t next_iteration, const MeasuredFigures& figur
   v.reason = reason;
   if (!v.new_executor) return Status::Ok();
   // The state leaves the old executor, which is destroyed before the new one allocates.
+  FERRY_ASSIGN_OR_RETURN(TrainingState state, retire_executor());
+  return resume(state);
+}
+
+Result<TrainingState> TrainingLoop::retire_executor() {
+  FERRY_CHECK(executor_ != nullptr, "the training loop is suspended");
   FERRY_ASSIGN_OR_RETURN(TrainingState state, executor_->save_state());
   retired_peak_bytes_ = std::max(retired_peak_bytes_, executor_->measured_peak_bytes());
   FERRY_ASSIGN_OR_RETURN(uint64_t extent, executor_->measured_extent_bytes());
   retired_extent_bytes_ = std::max(retired_extent_bytes_, extent);
   retired_tier_peak_[0] = std::max(retired_tier_peak_[0], executor_->host_tier_stats().peak_in_use_bytes);
   retired_tier_peak_[1] = std::max(retired_tier_peak_[1], executor_->ssd_tier_stats().peak_in_use_bytes);
-  // The compiled kernels do not depend on the plan: the new executor reuses them.
-  std::unique_ptr<CompiledGraph> compiled = executor_->take_compiled();
+  // The compiled kernels do not depend on the plan: the next executor reuses them.
+  compiled_ = executor_->take_compiled();
   executor_.reset();
+  return state;
+}
+
+Result<TrainingState> TrainingLoop::suspend() { return retire_executor(); }
+
+Status TrainingLoop::resume(const TrainingState& state) {
+  FERRY_CHECK(executor_ == nullptr && compiled_ != nullptr, "resume of a training loop that is not suspended");
   FERRY_ASSIGN_OR_RETURN(executor_,
-                         Executor::create(graph_, backend_, options_.executor, &schedule_, std::move(compiled)));
+                         Executor::create(graph_, backend_, options_.executor, &schedule_, std::move(compiled_)));
   return executor_->restore_state(state);
 }
 
@@ -224,17 +237,21 @@ double DriftWatch::streak_mean_ms() const {
 }
 
 uint64_t TrainingLoop::measured_peak_bytes() const {
+  if (!executor_) return retired_peak_bytes_;
   return std::max(retired_peak_bytes_, executor_->measured_peak_bytes());
 }
 
 Result<uint64_t> TrainingLoop::measured_extent_bytes() const {
+  if (!executor_) return retired_extent_bytes_;
   FERRY_ASSIGN_OR_RETURN(uint64_t extent, executor_->measured_extent_bytes());
   return std::max(retired_extent_bytes_, extent);
 }
 
 uint64_t TrainingLoop::tier_peak_bytes(Tier t) const {
+  const uint64_t retired = retired_tier_peak_[t == Tier::kHost ? 0 : 1];
+  if (!executor_) return retired;
   const TierStats s = t == Tier::kHost ? executor_->host_tier_stats() : executor_->ssd_tier_stats();
-  return std::max(retired_tier_peak_[t == Tier::kHost ? 0 : 1], s.peak_in_use_bytes);
+  return std::max(retired, s.peak_in_use_bytes);
 }
 
 }  // namespace ferry

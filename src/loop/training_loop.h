@@ -138,6 +138,12 @@ class TrainingLoop {
   static Result<std::unique_ptr<TrainingLoop>> create(const Graph& graph, const Graph& sized, Backend& backend,
                                                       PlanFunction plan, LoopOptions options);
   Status initialize();
+  // Variable shapes (loop/shapes.h) keep one loop per shape bucket and one executor at a time:
+  // suspend() saves the training state and frees the executor (arena, tiers; the compiled kernels
+  // and the plan are kept), resume() makes it again from them and restores `state`.
+  Result<TrainingState> suspend();
+  Status resume(const TrainingState& state);
+  bool suspended() const { return executor_ == nullptr; }
   // Runs one iteration, observes it, and re-plans for the next when the design says so.
   Result<LoopIteration> run_iteration(int64_t iteration, DataSource& data);
 
@@ -167,6 +173,8 @@ class TrainingLoop {
   Status observe(int64_t iteration, double time_ms);
   // The simulator's time of `schedule` on `figures` (timing only).
   Result<double> predict_ms(const Schedule& schedule, const MeasuredFigures& figures) const;
+  // Saves the state, keeps the measurements of the executor and frees it (its kernels are kept).
+  Result<TrainingState> retire_executor();
 
   const Graph& graph_;
   Graph sized_;
@@ -174,6 +182,7 @@ class TrainingLoop {
   PlanFunction plan_;
   LoopOptions options_;
   std::unique_ptr<Executor> executor_;
+  std::unique_ptr<CompiledGraph> compiled_;  // while suspended
   Schedule schedule_;
   SimResult prediction_;
   std::optional<MeasuredFigures> plan_figures_;  // what the current plan was made from

@@ -205,12 +205,24 @@ Status Executor::make_tiers() {
     so.capacity_bytes = options_.ssd_tier_bytes ? options_.ssd_tier_bytes : ssd_need.bytes;
     so.checksum = options_.checksum;
     so.fault = options_.ssd_fault;
+    so.codec = options_.ssd_codec;
+    if (options_.ssd_codec_auto) so.auto_codec = true, so.tensor_classes = ssd_tensor_classes();
     FERRY_ASSIGN_OR_RETURN(std::unique_ptr<SsdTier> ssd, SsdTier::create(so));
     FERRY_RETURN_IF_ERROR(ssd->fix_slots(fixed(ssd_need)));
     ssd_tier_ = std::move(ssd);
   }
   FERRY_ASSIGN_OR_RETURN(engine_, TransferEngine::create(backend_));
   return Status::Ok();
+}
+
+std::vector<std::string> Executor::ssd_tensor_classes() const {
+  std::vector<std::string> classes(graph_.tensors.size());
+  for (const Op& op : graph_.ops)
+    for (TensorId t : op.outputs)
+      if (classes[t].empty()) classes[t] = fmt::format("{}/{}", to_string(op.type), to_string(graph_.tensors[t].role));
+  for (const Tensor& t : graph_.tensors)
+    if (classes[t.id].empty()) classes[t.id] = fmt::format("input/{}", to_string(t.role));
+  return classes;
 }
 
 // ---- the block table (Note [Measured memory]) ----

@@ -88,6 +88,10 @@ struct ExecutorOptions {
   uint64_t ssd_tier_bytes = 0;
   bool checksum = false;          // verify every swapped byte on its way back
   SsdFault ssd_fault = {};        // fault injection, for tests
+  CodecId ssd_codec = CodecId::kNone;  // how the SSD tier codes swapped bytes (lossless codecs only)
+  // Or let the SSD tier choose per class of tensor (SsdTierOptions::auto_codec; ssd_codec must be
+  // kNone): classes are "<producing op type>/<role>" (ssd_tensor_classes()).
+  bool ssd_codec_auto = false;
   // Guard bytes, poisoned free memory and content checksums, checked after every op
   // (runtime/memory_verifier.h). The arena grows by the guards; the budget still bounds the
   // measured live bytes.
@@ -169,6 +173,19 @@ class Executor {
   // by the tiers' own space accounting.
   TierStats host_tier_stats() const { return host_tier_ ? host_tier_->stats() : TierStats{}; }
   TierStats ssd_tier_stats() const { return ssd_tier_ ? ssd_tier_->stats() : TierStats{}; }
+  // The bytes that really crossed the disk (coded or raw), by the SSD tier's own counters.
+  SsdIoStats ssd_io_stats() const {
+    const auto* ssd = dynamic_cast<const SsdTier*>(ssd_tier_.get());
+    return ssd ? ssd->io_stats() : SsdIoStats{};
+  }
+  // With ssd_codec_auto: what the SSD tier chose per class of tensor so far.
+  std::vector<SsdCodecChoice> ssd_codec_choices() const {
+    const auto* ssd = dynamic_cast<const SsdTier*>(ssd_tier_.get());
+    return ssd ? ssd->codec_choices() : std::vector<SsdCodecChoice>{};
+  }
+  // The class of each tensor for the automatic codec choice: "<producing op type>/<role>"
+  // ("input/<role>" for tensors no op produces), indexed by TensorId.
+  std::vector<std::string> ssd_tensor_classes() const;
 
   // The plan's placement of the copies in each tier (predicted: TierPlacement::bytes is what the
   // tier must hold; the tiers' stats above are what they held).

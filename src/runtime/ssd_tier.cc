@@ -19,6 +19,19 @@
 // io_uring by default, with registered staging buffers (pinned once, not per request); threads
 // where io_uring is unavailable. 1 MiB x 4 is the default: at the plateau, with 8 MiB of staging
 // for the two channels.
+//
+// Note [Coded slots]
+// With a codec, chunk k of a slot (input bytes [k * chunk_bytes, ...)) is encoded as chunk k of a
+// frame (FrameEncoder over the tensor's bytes, in chunks of chunk_bytes) into a staging buffer laid
+// out as [4 KiB - 16: chunk header][4 KiB: payload, zero-padded to 4 KiB]; the payload is written at
+// slot.offset + k * chunk_bytes, the header is kept in memory (CodedSlot). Reading chunk k reads
+// align_up(payload, 4 KiB) bytes to the same place in a staging buffer, puts the header back in
+// front and decodes the record (decode_chunk) into the channel's plain buffer, which is then
+// copied to the destination. The frame's identity (codec, size, chunk size) is rebuilt from the
+// slot and the tier's options, so nothing else is stored. Why not one contiguous frame per slot:
+// fixed chunk places keep the slot's size and offsets exactly as raw (space accounting and
+// fix_slots unchanged), and let every chunk be read with one request whose size is known up
+// front, so reads stay queue_depth deep without first reading headers from disk.
 #include "runtime/ssd_tier.h"
 
 #include <fcntl.h>
@@ -29,6 +42,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <map>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -39,6 +54,8 @@
 
 #include <fmt/format.h>
 
+#include "codec/choice.h"
+#include "codec/stats.h"
 #include "common/units.h"
 
 namespace ferry {
@@ -231,13 +248,17 @@ class ThreadQueue final : public Queue {
 
 struct SsdTier::Channel {
   std::unique_ptr<ssd_io::Queue> queue;
-  std::byte* staging = nullptr;  // queue_depth buffers of chunk_bytes
+  std::byte* staging = nullptr;  // queue_depth buffers of buffer_stride_ bytes
   bool busy = false;
+  // With a codec: the coding state, and one chunk of plain (decoded) bytes.
+  std::unique_ptr<CodecContext> codec;
+  std::vector<std::byte> plain;
 };
 
 // One chunk of a transfer, in staging buffer `buffer` of the channel.
 struct SsdTier::Request {
   uint32_t buffer = 0;
+  std::byte* io_buf = nullptr;  // where the request's bytes are in the staging buffer
   ssd_io::Op op = ssd_io::Op::kWrite;
   uint64_t data_offset = 0;  // in the tensor
   uint64_t data_bytes = 0;   // tensor bytes in this chunk
@@ -247,6 +268,7 @@ struct SsdTier::Request {
   bool done = false;         // result is valid
   bool injected = false;     // result comes from SsdFault
   bool submit_failed = false;
+  bool corrupt = false;      // SsdFault::kCorrupt: flip the first byte once the read completes
   int64_t result = 0;        // bytes moved, or -errno
 };
 
@@ -265,6 +287,16 @@ Result<std::unique_ptr<SsdTier>> SsdTier::create(const SsdTierOptions& options) 
     return Status::InvalidArgument(fmt::format("{} tier: queue_depth must be in 1..64, got {}", name, options.queue_depth));
   if (options.channels < 1 || options.channels > 16)
     return Status::InvalidArgument(fmt::format("{} tier: channels must be in 1..16, got {}", name, options.channels));
+  if (is_lossy(options.codec))
+    return Status::InvalidArgument(fmt::format("{} tier: codec {} is lossy; the tier stores bytes losslessly", name,
+                                               to_string(options.codec)));
+  if (options.auto_codec && options.codec != CodecId::kNone)
+    return Status::InvalidArgument(fmt::format("{} tier: auto_codec chooses the codec; codec must be none, got {}",
+                                               name, to_string(options.codec)));
+  if ((options.codec != CodecId::kNone || options.auto_codec) && options.chunk_bytes > kMaxChunkBytes)
+    return Status::InvalidArgument(fmt::format("{} tier: with codec {}, chunk_bytes must be at most {}, got {}", name,
+                                               to_string(options.codec), bytes_text(kMaxChunkBytes),
+                                               bytes_text(options.chunk_bytes)));
   struct stat st {};
   if (options.directory.empty() || ::stat(options.directory.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     return Status::InvalidArgument(
@@ -308,7 +340,9 @@ Result<std::unique_ptr<SsdTier>> SsdTier::create(const SsdTierOptions& options) 
   if (!options.keep_files_visible) tier->remove_files();
 
   // The staging pool, pre-faulted so that the first transfers do not pay page faults.
-  const uint64_t per_channel = static_cast<uint64_t>(options.queue_depth) * options.chunk_bytes;
+  const bool coded = tier->coded_staging();
+  tier->buffer_stride_ = options.chunk_bytes + (coded ? kBlock : 0);
+  const uint64_t per_channel = static_cast<uint64_t>(options.queue_depth) * tier->buffer_stride_;
   tier->staging_bytes_ = per_channel * static_cast<uint64_t>(options.channels);
   tier->staging_ = static_cast<std::byte*>(std::aligned_alloc(kBlock, tier->staging_bytes_));
   if (tier->staging_ == nullptr)
@@ -322,7 +356,11 @@ Result<std::unique_ptr<SsdTier>> SsdTier::create(const SsdTierOptions& options) 
     channel->staging = tier->staging_ + static_cast<uint64_t>(c) * per_channel;
     std::vector<iovec> buffers(static_cast<size_t>(options.queue_depth));
     for (size_t b = 0; b < buffers.size(); ++b)
-      buffers[b] = iovec{channel->staging + b * options.chunk_bytes, options.chunk_bytes};
+      buffers[b] = iovec{channel->staging + b * tier->buffer_stride_, tier->buffer_stride_};
+    if (coded) {
+      channel->codec = std::make_unique<CodecContext>(options.codec_options);
+      channel->plain.assign(options.chunk_bytes, std::byte{0});
+    }
     Result<std::unique_ptr<ssd_io::Queue>> queue = Status::Internal("no I/O mechanism chosen");
     if (io == SsdIo::kAuto || io == SsdIo::kUring) {
       queue = ssd_io::UringQueue::create(tier->fd_, static_cast<unsigned>(options.queue_depth), buffers);
@@ -336,6 +374,7 @@ Result<std::unique_ptr<SsdTier>> SsdTier::create(const SsdTierOptions& options) 
     tier->channels_.push_back(std::move(channel));
   }
   tier->io_ = io;
+  if (options.auto_codec) tier->auto_ = std::make_unique<AutoCodec>();
   return tier;
 }
 
@@ -355,6 +394,16 @@ void SsdTier::remove_files() {
     ::rmdir(dir_path_.c_str());
     dir_linked_ = false;
   }
+}
+
+SsdIoStats SsdTier::io_stats() const {
+  return {.disk_bytes_written = disk_bytes_[0].load(), .disk_bytes_read = disk_bytes_[1].load()};
+}
+
+std::byte* SsdTier::buffer(Channel& channel, uint32_t b) const { return channel.staging + uint64_t{b} * buffer_stride_; }
+
+std::byte* SsdTier::io_start(Channel& channel, uint32_t b) const {
+  return buffer(channel, b) + (coded_staging() ? kBlock : 0);
 }
 
 SsdTier::Channel& SsdTier::acquire_channel() {
@@ -382,13 +431,18 @@ void SsdTier::submit(Channel& channel, Request& r) {
   r.done = false;
   r.injected = false;
   r.submit_failed = false;
+  r.corrupt = false;
   r.result = 0;
   uint64_t len = r.io_bytes;
+  std::byte* buf = r.io_buf;
   const SsdFault& fault = options_.fault;
   const auto op = r.op == ssd_io::Op::kWrite ? SsdFault::Op::kWrite : SsdFault::Op::kRead;
   if (fault.kind != SsdFault::Kind::kNone && fault.op == op) {
     const uint64_t before = requested_bytes_[static_cast<int>(op)].fetch_add(len);
-    if (before + len > fault.after_bytes) {
+    if (before + len > fault.after_bytes && fault.kind == SsdFault::Kind::kCorrupt) {
+      if (op == SsdFault::Op::kWrite && len > 0) buf[0] ^= std::byte{0x5a};
+      else r.corrupt = true;  // flipped by the reader once the bytes arrived
+    } else if (before + len > fault.after_bytes) {
       r.injected = true;
       if (fault.kind == SsdFault::Kind::kShortTransfer) {
         len = fault.after_bytes > before ? (fault.after_bytes - before) / kBlock * kBlock : 0;
@@ -402,7 +456,10 @@ void SsdTier::submit(Channel& channel, Request& r) {
       }
     }
   }
-  std::byte* buf = channel.staging + static_cast<uint64_t>(r.buffer) * options_.chunk_bytes;
+  if (len == 0) {  // nothing to move (never happens with 4 KiB rounding, but cheap to honour)
+    r.done = true;
+    return;
+  }
   int rc = channel.queue->submit(r.op, buf, len, r.file_offset, r.buffer);
   if (rc < 0) {
     r.done = true;
@@ -423,6 +480,7 @@ void SsdTier::await(Channel& channel, Request& r, std::vector<Request>& requests
     requests[tag].in_flight = false;
     requests[tag].done = true;
     requests[tag].result = result;
+    if (result > 0) disk_bytes_[requests[tag].op == ssd_io::Op::kWrite ? 0 : 1].fetch_add(static_cast<uint64_t>(result));
   }
 }
 
@@ -442,8 +500,110 @@ Status SsdTier::check(const Request& r, const SwapSlot& slot) const {
   return Status::Ok();
 }
 
+// The automatic choice's state: samples per class, the tier's raw transfer rates, the decisions.
+struct SsdTier::AutoCodec {
+  std::mutex mu;
+  CodecStats stats;
+  CodecContext ctx;
+  uint64_t raw_bytes[2] = {0, 0};  // by direction (0 write, 1 read): bytes of completed raw transfers
+  double raw_seconds[2] = {0, 0};  // and their wall time
+  std::map<std::string, SsdCodecChoice, std::less<>> chosen;
+};
+
+namespace {
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
 Status SsdTier::store(const SwapSlot& slot, const SwapEndpoint& src, Hash64* hash) {
+  const CodecId codec = options_.auto_codec ? pick_codec(slot, src) : options_.codec;
   Channel& channel = acquire_channel();
+  const auto t0 = std::chrono::steady_clock::now();
+  Status s = codec == CodecId::kNone ? store_raw(channel, slot, src, hash)
+                                     : store_coded(channel, slot, src, hash, codec);
+  const double seconds = seconds_since(t0);
+  release_channel(channel);
+  if (options_.auto_codec && codec == CodecId::kNone && s.ok()) {
+    {
+      std::lock_guard lock(coded_mu_);
+      coded_[slot.tensor] = CodedSlot{slot.generation, {}, CodecId::kNone};
+    }
+    std::lock_guard lock(auto_->mu);
+    auto_->raw_bytes[0] += slot.bytes;
+    auto_->raw_seconds[0] += seconds;
+  }
+  return s;
+}
+
+Status SsdTier::load(const SwapSlot& slot, const SwapEndpoint& dst, Hash64* hash) {
+  const CodecId codec = options_.auto_codec ? stored_codec(slot) : options_.codec;
+  Channel& channel = acquire_channel();
+  const auto t0 = std::chrono::steady_clock::now();
+  Status s = codec == CodecId::kNone ? load_raw(channel, slot, dst, hash)
+                                     : load_coded(channel, slot, dst, hash, codec);
+  const double seconds = seconds_since(t0);
+  release_channel(channel);
+  if (options_.auto_codec && codec == CodecId::kNone && s.ok()) {
+    std::lock_guard lock(auto_->mu);
+    auto_->raw_bytes[1] += slot.bytes;
+    auto_->raw_seconds[1] += seconds;
+  }
+  return s;
+}
+
+CodecId SsdTier::stored_codec(const SwapSlot& slot) {
+  std::lock_guard lock(coded_mu_);
+  auto it = coded_.find(slot.tensor);
+  FERRY_CHECK(it != coded_.end() && it->second.generation == slot.generation,
+              "{} tier: tensor {} holds a copy but the tier has no record of how it was stored", name(), slot.tensor);
+  return it->second.codec;
+}
+
+CodecId SsdTier::pick_codec(const SwapSlot& slot, const SwapEndpoint& src) {
+  static const std::string kOther = "other";
+  const auto t = static_cast<size_t>(slot.tensor);
+  const std::string& cls =
+      t < options_.tensor_classes.size() && !options_.tensor_classes[t].empty() ? options_.tensor_classes[t] : kOther;
+  std::lock_guard lock(auto_->mu);  // serialises the (one-time) measurements
+  if (auto it = auto_->chosen.find(cls); it != auto_->chosen.end()) return it->second.codec;
+  if (slot.bytes == 0) return CodecId::kNone;
+  if (!auto_->stats.unmeasured(cls, kLosslessCodecs).empty()) {
+    // The class's first chunk, as the tier would code it.
+    std::vector<std::byte> sample(std::min<uint64_t>(slot.bytes, options_.chunk_bytes));
+    if (!src.copy_out(0, sample).ok()) return CodecId::kNone;  // the store itself will report it
+    for (CodecId c : kLosslessCodecs) {
+      Result<CodecSample> m = measure_codec(auto_->ctx, c, sample, static_cast<uint32_t>(options_.chunk_bytes));
+      FERRY_CHECK(m.ok(), "{} tier: measuring codec {} on tensor {}: {}", name(), to_string(c), slot.tensor,
+                  m.status().message());
+      auto_->stats.record(cls, c, *m);
+    }
+  }
+  if (auto_->raw_seconds[0] <= 0 || auto_->raw_seconds[1] <= 0) return CodecId::kNone;  // rates not known yet
+  const WireRates wire{.swap_out_bytes_per_s = static_cast<double>(auto_->raw_bytes[0]) / auto_->raw_seconds[0],
+                       .swap_in_bytes_per_s = static_cast<double>(auto_->raw_bytes[1]) / auto_->raw_seconds[1]};
+  const CodecChoice choice = choose_codec(slot.bytes, auto_->stats, cls, wire,
+                                          ChoiceOptions{.chunk_bytes = static_cast<uint32_t>(options_.chunk_bytes)});
+  const std::optional<CodecEstimate> e = auto_->stats.estimate(cls, choice.codec);
+  auto_->chosen[cls] = SsdCodecChoice{.tensor_class = cls,
+                                      .codec = choice.codec,
+                                      .ratio = e ? e->ratio : 1.0,
+                                      .predicted_seconds = choice.weighted_seconds,
+                                      .predicted_none_seconds = choice.none_weighted_seconds,
+                                      .write_bytes_per_s = wire.swap_out_bytes_per_s,
+                                      .read_bytes_per_s = wire.swap_in_bytes_per_s};
+  return choice.codec;
+}
+
+std::vector<SsdCodecChoice> SsdTier::codec_choices() const {
+  std::vector<SsdCodecChoice> out;
+  if (!auto_) return out;
+  std::lock_guard lock(auto_->mu);
+  for (const auto& [cls, choice] : auto_->chosen) out.push_back(choice);
+  return out;
+}
+
+Status SsdTier::store_raw(Channel& channel, const SwapSlot& slot, const SwapEndpoint& src, Hash64* hash) {
   const uint64_t chunk = options_.chunk_bytes;
   const uint64_t depth = static_cast<uint64_t>(options_.queue_depth);
   const uint64_t chunks = (slot.bytes + chunk - 1) / chunk;
@@ -464,7 +624,8 @@ Status SsdTier::store(const SwapSlot& slot, const SwapEndpoint& src, Hash64* has
     r.data_bytes = std::min(chunk, slot.bytes - r.data_offset);
     r.io_bytes = align_up(r.data_bytes, kBlock);
     r.file_offset = slot.offset + r.data_offset;
-    std::byte* buf = channel.staging + r.buffer * chunk;
+    std::byte* buf = buffer(channel, r.buffer);
+    r.io_buf = buf;
     error = src.copy_out(r.data_offset, {buf, r.data_bytes});
     if (!error.ok()) {
       error = error.with_context(fmt::format("{} tier: write of tensor {}", name(), slot.tensor));
@@ -481,12 +642,10 @@ Status SsdTier::store(const SwapSlot& slot, const SwapEndpoint& src, Hash64* has
     if (error.ok()) error = check(r, slot);
     r.done = false;
   }
-  release_channel(channel);
   return error;
 }
 
-Status SsdTier::load(const SwapSlot& slot, const SwapEndpoint& dst, Hash64* hash) {
-  Channel& channel = acquire_channel();
+Status SsdTier::load_raw(Channel& channel, const SwapSlot& slot, const SwapEndpoint& dst, Hash64* hash) {
   const uint64_t chunk = options_.chunk_bytes;
   const uint64_t depth = static_cast<uint64_t>(options_.queue_depth);
   const uint64_t chunks = (slot.bytes + chunk - 1) / chunk;
@@ -500,6 +659,7 @@ Status SsdTier::load(const SwapSlot& slot, const SwapEndpoint& dst, Hash64* hash
     r.data_bytes = std::min(chunk, slot.bytes - r.data_offset);
     r.io_bytes = align_up(r.data_bytes, kBlock);
     r.file_offset = slot.offset + r.data_offset;
+    r.io_buf = buffer(channel, r.buffer);
     submit(channel, r);
   };
 
@@ -511,7 +671,8 @@ Status SsdTier::load(const SwapSlot& slot, const SwapEndpoint& dst, Hash64* hash
     error = check(r, slot);
     r.done = false;
     if (!error.ok()) break;
-    std::byte* buf = channel.staging + r.buffer * chunk;
+    std::byte* buf = buffer(channel, r.buffer);
+    if (r.corrupt) buf[0] ^= std::byte{0x5a};
     if (hash) hash->update({buf, r.data_bytes});
     error = dst.copy_in(r.data_offset, {buf, r.data_bytes});
     if (!error.ok()) {
@@ -523,7 +684,141 @@ Status SsdTier::load(const SwapSlot& slot, const SwapEndpoint& dst, Hash64* hash
   // Drain, as in store(); after an error the later chunks' results no longer matter.
   for (Request& r : requests)
     if (r.in_flight) await(channel, r, requests);
-  release_channel(channel);
+  return error;
+}
+
+// Note [Coded slots]. Encoding chunk k+1 runs while chunk k's write is on disk.
+Status SsdTier::store_coded(Channel& channel, const SwapSlot& slot, const SwapEndpoint& src, Hash64* hash,
+                            CodecId codec) {
+  const uint64_t chunk = options_.chunk_bytes;
+  const uint64_t depth = static_cast<uint64_t>(options_.queue_depth);
+  Result<FrameEncoder> enc = FrameEncoder::create(codec, slot.bytes, static_cast<uint32_t>(chunk));
+  if (!enc.ok()) return enc.status().with_context(fmt::format("{} tier: write of tensor {}", name(), slot.tensor));
+  const uint32_t chunks = enc->info().chunk_count;
+  CodedSlot coded{slot.generation, std::vector<std::array<std::byte, kChunkHeaderBytes>>(chunks), codec};
+  std::vector<Request> requests(depth);
+  for (uint64_t b = 0; b < depth; ++b) requests[b].buffer = static_cast<uint32_t>(b);
+  {  // a failed write leaves no headers behind (the base class then refuses reads of the slot)
+    std::lock_guard lock(coded_mu_);
+    coded_.erase(slot.tensor);
+  }
+
+  Status error;
+  for (uint32_t k = 0; k < chunks && error.ok(); ++k) {
+    Request& r = requests[k % depth];
+    if (r.in_flight || r.done) {  // the buffer's previous chunk must be on disk before reuse
+      await(channel, r, requests);
+      error = check(r, slot);
+      r.done = false;
+      if (!error.ok()) break;
+    }
+    r.op = ssd_io::Op::kWrite;
+    r.data_offset = enc->info().chunk_offset(k);
+    r.data_bytes = enc->info().chunk_input_bytes(k);
+    std::span<std::byte> plain = std::span(channel.plain).first(r.data_bytes);
+    error = src.copy_out(r.data_offset, plain);
+    if (!error.ok()) {
+      error = error.with_context(fmt::format("{} tier: write of tensor {}", name(), slot.tensor));
+      break;
+    }
+    if (hash) hash->update(plain);
+    std::byte* record = io_start(channel, r.buffer) - kChunkHeaderBytes;
+    Result<uint64_t> n = enc->encode_chunk(*channel.codec, k, plain, {record, kChunkHeaderBytes + chunk});
+    if (!n.ok()) {
+      error = n.status().with_context(
+          fmt::format("{} tier: write of tensor {}: encoding chunk {} of {}", name(), slot.tensor, k, chunks));
+      break;
+    }
+    const uint64_t payload_bytes = *n - kChunkHeaderBytes;
+    std::memcpy(coded.chunk_headers[k].data(), record, kChunkHeaderBytes);
+    r.io_bytes = align_up(payload_bytes, kBlock);
+    r.file_offset = slot.offset + r.data_offset;
+    r.io_buf = io_start(channel, r.buffer);
+    std::memset(record + *n, 0, r.io_bytes - payload_bytes);  // no stale bytes on disk
+    submit(channel, r);
+  }
+  // Drain: the kernel may still be reading staging buffers, which the next transfer will reuse.
+  for (Request& r : requests) {
+    if (!r.in_flight && !r.done) continue;
+    await(channel, r, requests);
+    if (error.ok()) error = check(r, slot);
+    r.done = false;
+  }
+  if (error.ok()) {
+    std::lock_guard lock(coded_mu_);
+    coded_[slot.tensor] = std::move(coded);
+  }
+  return error;
+}
+
+// Reads queue_depth chunks ahead and decodes each finished one, in order, beside the others' reads.
+Status SsdTier::load_coded(Channel& channel, const SwapSlot& slot, const SwapEndpoint& dst, Hash64* hash,
+                           CodecId codec) {
+  const uint64_t chunk = options_.chunk_bytes;
+  const uint64_t depth = static_cast<uint64_t>(options_.queue_depth);
+  Result<FrameEncoder> enc = FrameEncoder::create(codec, slot.bytes, static_cast<uint32_t>(chunk));
+  if (!enc.ok()) return enc.status().with_context(fmt::format("{} tier: read of tensor {}", name(), slot.tensor));
+  const FrameInfo& info = enc->info();
+  const uint32_t chunks = info.chunk_count;
+  std::vector<std::array<std::byte, kChunkHeaderBytes>> headers;
+  {
+    std::lock_guard lock(coded_mu_);
+    auto it = coded_.find(slot.tensor);
+    FERRY_CHECK(it != coded_.end() && it->second.generation == slot.generation && it->second.chunk_headers.size() == chunks,
+                "{} tier: tensor {} holds a copy but no chunk headers of it", name(), slot.tensor);
+    headers = it->second.chunk_headers;
+  }
+  auto payload_of = [&](uint32_t k) {
+    uint32_t bytes;
+    std::memcpy(&bytes, headers[k].data(), sizeof bytes);
+    return uint64_t{bytes};
+  };
+  std::vector<Request> requests(depth);
+  for (uint64_t b = 0; b < depth; ++b) requests[b].buffer = static_cast<uint32_t>(b);
+
+  auto start = [&](uint32_t k) {
+    Request& r = requests[k % depth];
+    r.op = ssd_io::Op::kRead;
+    r.data_offset = info.chunk_offset(k);
+    r.data_bytes = info.chunk_input_bytes(k);
+    // The header bounds the payload by the chunk's input (checked when it was made), so the read
+    // fits the staging buffer.
+    r.io_bytes = align_up(std::min(payload_of(k), r.data_bytes), kBlock);
+    r.file_offset = slot.offset + r.data_offset;
+    r.io_buf = io_start(channel, r.buffer);
+    submit(channel, r);
+  };
+
+  Status error;
+  for (uint32_t k = 0; k < std::min<uint64_t>(depth, chunks); ++k) start(k);
+  for (uint32_t k = 0; k < chunks && error.ok(); ++k) {
+    Request& r = requests[k % depth];
+    await(channel, r, requests);
+    error = check(r, slot);
+    r.done = false;
+    if (!error.ok()) break;
+    std::byte* payload = io_start(channel, r.buffer);
+    if (r.corrupt) payload[0] ^= std::byte{0x5a};
+    std::byte* record = payload - kChunkHeaderBytes;
+    std::memcpy(record, headers[k].data(), kChunkHeaderBytes);
+    std::span<std::byte> plain = std::span(channel.plain).first(r.data_bytes);
+    error = decode_chunk(*channel.codec, info, k, {record, kChunkHeaderBytes + payload_of(k)}, plain);
+    if (!error.ok()) {
+      error = error.with_context(fmt::format("{} tier: read of tensor {}, chunk {} of {} (file '{}', offset {}, {} bytes)",
+                                             name(), slot.tensor, k, chunks, file_path_, r.file_offset, r.io_bytes));
+      break;
+    }
+    if (hash) hash->update(plain);
+    error = dst.copy_in(r.data_offset, plain);
+    if (!error.ok()) {
+      error = error.with_context(fmt::format("{} tier: read of tensor {}", name(), slot.tensor));
+      break;
+    }
+    if (k + depth < chunks) start(static_cast<uint32_t>(k + depth));
+  }
+  // Drain, as in store(); after an error the later chunks' results no longer matter.
+  for (Request& r : requests)
+    if (r.in_flight) await(channel, r, requests);
   return error;
 }
 

@@ -31,7 +31,20 @@
 // - Failures are kIoError naming the tensor, the file, the offset, the bytes and the errno text:
 //   ENOSPC, EIO, and short transfers (fewer bytes than asked, which for direct I/O on a regular
 //   file means the device filled up or the file was cut) alike. Nothing is retried: a failing swap
-//   ends the run. SsdFault injects each of these for tests.
+//   ends the run. SsdFault injects each of these for tests, and corrupted bytes.
+// - Codecs (options.codec, codec/codec.h; Note [Coded slots] in ssd_tier.cc): with a lossless
+//   codec other than `none`, each chunk of chunk_bytes is encoded on its own, as a frame's chunk
+//   (FrameEncoder::encode_chunk), and only its payload, rounded up to 4 KiB, goes to disk, at the
+//   chunk's usual place in the slot; the 16-byte chunk headers (payload size, method, checksum)
+//   stay in memory, per slot. A slot therefore takes exactly the space it takes raw
+//   (align_up(bytes, 4 KiB)): a payload is never larger than its chunk, since a chunk the codec
+//   does not shrink is stored raw. Encoding runs beside the writes (chunk k+1 is encoded while
+//   chunk k is on disk) and decoding beside the reads. Corrupt or truncated data read back fails
+//   the payload checksum: kIoError naming the tensor and the chunk. Checksum mode hashes the
+//   tensor's bytes before encoding and after decoding, so it guards the codec as well.
+//   io_stats() counts the bytes that really crossed the disk. auto_codec chooses the codec per
+//   class of tensor from what the tier measures (see SsdTierOptions); a slot records the codec
+//   its copy was written with.
 //
 // Usage:
 //   Result<std::unique_ptr<SsdTier>> ssd = SsdTier::create({.directory = "/scratch",
@@ -40,14 +53,17 @@
 //   ... then as any SwapTier (tiers.h)
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
+#include "codec/codec.h"
 #include "common/status.h"
 #include "runtime/tiers.h"
 
@@ -63,9 +79,11 @@ std::string_view to_string(SsdIo io);
 // An injected failure, for tests. Once the bytes requested by I/O of kind `op` would pass
 // `after_bytes` (counted over the tier's life), that request and every later one of that kind fail
 // as `kind` says. kShortTransfer really transfers the bytes up to the threshold (rounded down to
-// 4 KiB) and reports the short count, as a disk that fills up mid-request does.
+// 4 KiB) and reports the short count, as a disk that fills up mid-request does. kCorrupt lets the
+// requests succeed but flips the first byte of each (after a read, before a write), as a disk
+// returning bad data does.
 struct SsdFault {
-  enum class Kind : uint8_t { kNone, kNoSpace, kIoError, kShortTransfer };
+  enum class Kind : uint8_t { kNone, kNoSpace, kIoError, kShortTransfer, kCorrupt };
   enum class Op : uint8_t { kWrite, kRead };
   Kind kind = Kind::kNone;
   Op op = Op::kWrite;
@@ -87,6 +105,35 @@ struct SsdTierOptions {
   // there rather than mid-run. Otherwise create() only checks the free space (statvfs).
   bool preallocate = false;
   SsdFault fault = {};
+  // How swapped bytes are coded on disk (see the top of this file). Lossless codecs only; with one
+  // other than kNone, chunk_bytes must be at most kMaxChunkBytes (64 MiB).
+  CodecId codec = CodecId::kNone;
+  CodecOptions codec_options = {};
+  // Automatic choice (codec must be kNone), per class of tensor (tensor_classes[tensor]; "other"
+  // when missing or empty): the first tensor of a class stored has every lossless codec measured
+  // on its first chunk (measure_codec), the tier's own raw write and read rates are measured from
+  // its raw transfers (wall time of whole transfers, device copies included), and once both are
+  // known choose_codec picks the class's codec for the rest of the run. Until then tensors go raw.
+  bool auto_codec = false;
+  std::vector<std::string> tensor_classes = {};
+};
+
+// What the automatic choice decided for a class of tensors (measured figures, predicted times).
+struct SsdCodecChoice {
+  std::string tensor_class;
+  CodecId codec = CodecId::kNone;
+  double ratio = 1;                  // measured on the class's first chunk (frame bytes / bytes)
+  double predicted_seconds = 0;      // swap-out + swap-in of the deciding tensor with `codec`
+  double predicted_none_seconds = 0; // the same raw
+  double write_bytes_per_s = 0;      // the tier's raw rates when it decided (measured)
+  double read_bytes_per_s = 0;
+};
+
+// Bytes that really crossed the disk, counted from completed requests: the gain of a codec,
+// measured. Raw, each chunk is its bytes rounded up to 4 KiB.
+struct SsdIoStats {
+  uint64_t disk_bytes_written = 0;
+  uint64_t disk_bytes_read = 0;
 };
 
 namespace ssd_io {
@@ -109,6 +156,10 @@ class SsdTier final : public SwapTier {
   // The mechanism in use: kUring or kThreads.
   SsdIo io() const { return io_; }
   const SsdTierOptions& options() const { return options_; }
+  // Disk bytes moved so far (thread-safe).
+  SsdIoStats io_stats() const;
+  // With auto_codec: the classes decided so far, sorted by class (thread-safe).
+  std::vector<SsdCodecChoice> codec_choices() const;
 
  protected:
   Status store(const SwapSlot& slot, const SwapEndpoint& src, Hash64* hash) override;
@@ -130,6 +181,20 @@ class SsdTier final : public SwapTier {
   Status check(const Request& r, const SwapSlot& slot) const;
   // Removes the file and directory if they are still there (idempotent).
   void remove_files();
+  // Staging buffer `b` of `channel`, and where its I/O starts (kBlock into it with a codec, so
+  // that a chunk header fits in front of the payload).
+  std::byte* buffer(Channel& channel, uint32_t b) const;
+  std::byte* io_start(Channel& channel, uint32_t b) const;
+  // The raw and the coded transfers.
+  Status store_raw(Channel& channel, const SwapSlot& slot, const SwapEndpoint& src, Hash64* hash);
+  Status load_raw(Channel& channel, const SwapSlot& slot, const SwapEndpoint& dst, Hash64* hash);
+  Status store_coded(Channel& channel, const SwapSlot& slot, const SwapEndpoint& src, Hash64* hash, CodecId codec);
+  Status load_coded(Channel& channel, const SwapSlot& slot, const SwapEndpoint& dst, Hash64* hash, CodecId codec);
+  // auto_codec: the codec for storing `slot` (measures its class on first sight; kNone until decided).
+  CodecId pick_codec(const SwapSlot& slot, const SwapEndpoint& src);
+  // The codec `slot`'s stored copy was written with.
+  CodecId stored_codec(const SwapSlot& slot);
+  bool coded_staging() const { return options_.codec != CodecId::kNone || options_.auto_codec; }
 
   SsdTierOptions options_;
   SsdIo io_ = SsdIo::kAuto;
@@ -144,6 +209,18 @@ class SsdTier final : public SwapTier {
   std::mutex channel_mu_;
   std::condition_variable channel_cv_;
   std::atomic<uint64_t> requested_bytes_[2] = {0, 0};  // by SsdFault::Op: for fault injection
+  std::atomic<uint64_t> disk_bytes_[2] = {0, 0};       // by SsdFault::Op: moved by completed requests
+  uint64_t buffer_stride_ = 0;                         // chunk_bytes, plus kBlock with a codec
+  // Coded slots: the chunk headers of each tensor's stored copy (Note [Coded slots]).
+  struct CodedSlot {
+    uint64_t generation = 0;
+    std::vector<std::array<std::byte, kChunkHeaderBytes>> chunk_headers;
+    CodecId codec = CodecId::kNone;  // kNone: stored raw (auto_codec only)
+  };
+  struct AutoCodec;  // ssd_tier.cc: the automatic choice's measurements
+  std::unique_ptr<AutoCodec> auto_;
+  std::mutex coded_mu_;
+  std::unordered_map<TensorId, CodedSlot> coded_;
 };
 
 }  // namespace ferry

@@ -276,6 +276,62 @@ TEST(Cli, TrainWithAPolicyFitsTheBudgetAndKeepsTheLosses) {
   }
 }
 
+// --codec: the SSD tier codes swapped bytes losslessly; the losses stay bitwise those of the
+// unlimited run, the JSON names the codec and the disk bytes the tier measured (fewer with
+// zero-mask on a ReLU network than raw); a bad or lossy name, or --codec off the SSD tier, is
+// bad usage.
+TEST(Cli, TrainCodecOnTheSsdTier) {
+  const std::string model = "train --model resnet-mini --batch 4 --iters 2 --seed 3 --no-progress --json";
+  Output ref = ferry(model);
+  ASSERT_EQ(ref.code, 0) << ref.out;
+  const auto r = nlohmann::json::parse(ref.out);
+  EXPECT_EQ(r["codec"], "none");
+  EXPECT_EQ(r["ssd_disk_bytes_written"], 0);  // no SSD tier
+  EXPECT_FALSE(r.contains("codec_choices"));
+  const std::string planned =
+      model + " --policy vdnn-all --checksum --tier ssd --budget " +
+      std::to_string(r["predicted_peak_bytes"].get<uint64_t>() * 7 / 10);
+  uint64_t raw_written = 0;
+  for (const char* codec : {"none", "zero-mask", "lz4", "zstd", "zero-mask+lz4", "auto"}) {
+    Output o = ferry(planned + " --codec " + codec);
+    ASSERT_EQ(o.code, 0) << codec << ": " << o.out;
+    const auto j = nlohmann::json::parse(o.out);
+    EXPECT_EQ(j["codec"], codec);
+    EXPECT_EQ(losses_of(j), losses_of(r)) << codec;
+    const uint64_t written = j["ssd_disk_bytes_written"].get<uint64_t>();
+    EXPECT_GT(written, 0u) << codec;
+    EXPECT_GT(j["ssd_disk_bytes_read"].get<uint64_t>(), 0u) << codec;
+    if (std::string(codec) == "none") {
+      raw_written = written;
+    } else {
+      EXPECT_LE(written, raw_written) << codec;
+    }
+    if (std::string(codec) == "zero-mask") {
+      EXPECT_LT(written, raw_written);
+    }
+    if (std::string(codec) == "auto") {
+      ASSERT_TRUE(j.contains("codec_choices"));
+      EXPECT_GT(j["codec_choices"].size(), 0u);
+      for (const auto& c : j["codec_choices"])
+        EXPECT_TRUE(c.contains("class") && c.contains("codec") && c.contains("measured_ratio") &&
+                    c.contains("measured_write_bytes_per_s") && c.contains("predicted_ms"))
+            << c.dump();
+    } else {
+      EXPECT_FALSE(j.contains("codec_choices"));
+    }
+  }
+  Output by_default = ferry(planned);  // --codec auto is the default on the SSD tier
+  ASSERT_EQ(by_default.code, 0) << by_default.out;
+  const auto d = nlohmann::json::parse(by_default.out);
+  EXPECT_EQ(d["codec"], "auto");
+  EXPECT_TRUE(d.contains("codec_choices"));
+  EXPECT_EQ(losses_of(d), losses_of(r));
+  expect_failure(planned + " --codec gzip", 2, "unknown or lossy codec 'gzip' (use auto or a lossless codec: none, zero-mask, lz4");
+  expect_failure(planned + " --codec bf16", 2, "lossy codec 'bf16'");
+  expect_failure(model + " --policy vdnn-all --budget 70% --codec lz4", 2, "--codec has no effect without --tier ssd");
+  expect_failure(model + " --codec lz4", 2, "--codec has no effect");
+}
+
 // --conv-algo: the JSON says what ran; Winograd's scratch is counted (peak == predicted); a plan
 // that cannot fit because of it says so; a bad name is bad usage.
 TEST(Cli, TrainConvAlgorithm) {
@@ -816,4 +872,30 @@ TEST(Cli, TrainMeasuresCachesAndReusesItsProfile) {
   expect_failure("train --model resnet-mini --batch 8 --iters 2 --no-cache", 2, "--no-cache");
   std::filesystem::remove(copy);
   std::filesystem::remove_all(own_cache);
+}
+
+// --seq-range: one plan per bucket, the same losses as the same shapes without a plan
+// (--compare), every bucket within the budget, planning time reported.
+TEST(Cli, TrainWithVariableSequenceLengths) {
+  Output o = ferry("train --model gpt2-mini --batch 2 --seq-range 8:40 --bucket 16 --budget 85% --iters 8 --compare "
+                   "--no-cache --no-progress --json");
+  ASSERT_EQ(o.code, 0) << o.out;
+  const auto j = nlohmann::json::parse(o.out);
+  EXPECT_TRUE(j["baseline"]["losses_bitwise_identical"].get<bool>());
+  EXPECT_EQ(j["shape_range"]["dimension"], "seq");
+  ASSERT_GE(j["buckets"].size(), 2u);
+  int iterations = 0;
+  for (const auto& b : j["buckets"]) {
+    EXPECT_LE(b["measured_peak_bytes"].get<uint64_t>(), j["budget_bytes"].get<uint64_t>()) << b.dump();
+    EXPECT_GE(b["plan_versions"].size(), 1u);
+    iterations += b["iterations"].get<int>();
+  }
+  EXPECT_EQ(iterations, 8);
+  EXPECT_GT(j["planning_seconds"].get<double>(), 0);
+  EXPECT_LT(j["planning_fraction"].get<double>(), 1);
+  for (const auto& it : j["iterations"]) EXPECT_TRUE(it["shape"] == 16 || it["shape"] == 32 || it["shape"] == 40);
+  expect_failure("train --model resnet-mini --seq-range 8:40 --budget 50%", 2, "needs a transformer");
+  expect_failure("train --model gpt2-mini --seq-range 40:8 --budget 50%", 2, "MIN:MAX");
+  expect_failure("train --model gpt2-mini --seq-range 8:40 --batch-range 1:4 --budget 50%", 2, "excludes");
+  expect_failure("train --model gpt2-mini --bucket 16 --budget 50%", 2, "--bucket");
 }

@@ -36,6 +36,9 @@ struct Outcome {
   uint64_t measured_extent = 0;  // highest byte written, an arena scan
   uint64_t swapped_bytes = 0;    // transfer engine: bytes that went out
   size_t recomputed_ops = 0;     // kernels run again, summed over iterations
+  uint64_t ssd_disk_bytes_written = 0;  // the SSD tier's counters: bytes that crossed the disk
+  uint64_t ssd_disk_bytes_read = 0;
+  size_t ssd_codec_choices = 0;  // classes the automatic choice decided
 };
 
 Graph model(const std::string& name) {
@@ -48,13 +51,16 @@ Graph model(const std::string& name) {
 }
 
 // The tier is part of the schedule's actions; the executor makes the tiers the program uses.
-Result<Outcome> train(const Graph& g, const Schedule* schedule, uint64_t budget, const BackendOptions& bo) {
+Result<Outcome> train(const Graph& g, const Schedule* schedule, uint64_t budget, const BackendOptions& bo,
+                      CodecId ssd_codec = CodecId::kNone, bool ssd_codec_auto = false) {
   FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend("cpu", bo));
   ExecutorOptions o;
   o.seed = 11;
   o.budget_bytes = budget;
   o.checksum = true;  // every swapped byte is verified on its way back
   o.ssd_dir = std::filesystem::temp_directory_path().string();
+  o.ssd_codec = ssd_codec;
+  o.ssd_codec_auto = ssd_codec_auto;
   FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Executor> ex, Executor::create(g, *backend, o, schedule));
   FERRY_RETURN_IF_ERROR(ex->initialize());
   auto data = make_synthetic_data(11);
@@ -73,6 +79,9 @@ Result<Outcome> train(const Graph& g, const Schedule* schedule, uint64_t budget,
   out.measured_peak = ex->measured_peak_bytes();
   FERRY_ASSIGN_OR_RETURN(out.measured_extent, ex->measured_extent_bytes());
   out.swapped_bytes = ex->transfer_stats().bytes_out;
+  out.ssd_disk_bytes_written = ex->ssd_io_stats().disk_bytes_written;
+  out.ssd_disk_bytes_read = ex->ssd_io_stats().disk_bytes_read;
+  out.ssd_codec_choices = ex->ssd_codec_choices().size();
   return out;
 }
 
@@ -181,6 +190,58 @@ INSTANTIATE_TEST_SUITE_P(Policies, SwapIdentity, ::testing::ValuesIn(cases()), [
     if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
   return n;
 });
+
+// Every lossless codec on the SSD tier, and the automatic choice, keep training bitwise identical
+// (losses, weights, optimizer state), and on a ReLU network the zero-mask codecs move fewer bytes across the disk than raw, as
+// the tier counted them.
+TEST(CodecSwapIdentity, LosslessCodecsOnTheSsdTierAreBitwiseIdentical) {
+  for (const char* m : {"resnet-mini", "gpt2-mini"}) {
+    const Graph g = model(m);
+    const BackendOptions bo;
+    Result<Outcome> reference = train(g, nullptr, 0, bo);
+    ASSERT_TRUE(reference.ok()) << reference.status().message();
+    Graph sized = g;
+    auto backend = make_backend("cpu", bo).value();
+    auto compiled = backend->compile(g).value();
+    for (Tensor& t : sized.tensors) t.bytes = compiled->tensor_bytes(t.id);
+    const CostModel cost(load_profile("cpu-local").value());
+    PlanContext ctx{.graph = sized, .cost = cost, .budget_bytes = 0, .tier = Tier::kSsd,
+                    .op_scratch_bytes = compiled->all_scratch_bytes()};
+    Result<uint64_t> min_budget = find_min_budget("vdnn-all", ctx);  // swaps the most
+    ASSERT_TRUE(min_budget.ok()) << min_budget.status().message();
+    const uint64_t budget = *min_budget;
+    ctx.budget_bytes = budget;
+    Result<PlanReport> plan = plan_policy("vdnn-all", ctx);
+    ASSERT_TRUE(plan.ok()) << plan.status().message();
+    uint64_t raw_written = 0;
+    for (int k = 0; k <= static_cast<int>(std::size(kLosslessCodecs)); ++k) {
+      const bool automatic = k == static_cast<int>(std::size(kLosslessCodecs));  // last: --codec auto
+      const CodecId codec = automatic ? CodecId::kNone : kLosslessCodecs[k];
+      SCOPED_TRACE(::testing::Message() << m << ", codec " << (automatic ? "auto" : to_string(codec)));
+      Result<Outcome> run = train(g, &plan->schedule, budget, bo, codec, automatic);
+      ASSERT_TRUE(run.ok()) << run.status().message();
+      if (automatic) {
+        EXPECT_GT(run->ssd_codec_choices, 0u) << "nothing was decided: the case proves little";
+      }
+      ASSERT_GT(run->swapped_bytes, 0u) << "the plan moved nothing: the case proves nothing";
+      ASSERT_GT(run->ssd_disk_bytes_written, 0u);
+      EXPECT_GT(run->ssd_disk_bytes_read, 0u);
+      EXPECT_LE(run->measured_peak, budget);
+      EXPECT_EQ(0, std::memcmp(run->losses.data(), reference->losses.data(), sizeof(float) * kIters));
+      ASSERT_EQ(run->persistent.size(), reference->persistent.size());
+      for (size_t i = 0; i < run->persistent.size(); ++i)
+        EXPECT_TRUE(run->persistent[i] == reference->persistent[i]) << "persistent tensor " << i << " differs";
+      if (codec == CodecId::kNone && !automatic) {
+        raw_written = run->ssd_disk_bytes_written;
+      } else {
+        EXPECT_LE(run->ssd_disk_bytes_written, raw_written);  // a chunk never grows
+      }
+      if (std::string(m) == "resnet-mini" && (codec == CodecId::kZeroMask || codec == CodecId::kZeroMaskLz4)) {
+        EXPECT_LT(run->ssd_disk_bytes_written, raw_written);  // ReLU outputs are half zeros
+      }
+    }
+  }
+}
 
 }  // namespace
 }  // namespace ferry
