@@ -165,11 +165,14 @@ Status TrainingLoop::observe(int64_t iteration, double time_ms) {
 
   // Online measurement: plan from what the first iterations measured.
   if (options_.measure_online && !plan_figures_) {
+    // Iteration numbers are the run's: a shape bucket's loop may start at any of them.
     measured_ = measured_ ? merge_figures(*measured_, fig) : fig;
-    if (iteration + 1 < options_.measure_iterations) return Status::Ok();
+    if (++measuring_ < options_.measure_iterations) return Status::Ok();
     if (options_.on_figures) options_.on_figures(*measured_);
     return replan(iteration + 1, *measured_, "measured",
-                  fmt::format("measured on this machine in iterations 0-{}", iteration));
+                  measuring_ == 1 ? fmt::format("measured on this machine in iteration {}", iteration)
+                                  : fmt::format("measured on this machine in {} iterations up to {}", measuring_,
+                                                iteration));
   }
   measured_ = previous ? merge_figures(*previous, fig) : fig;
   if (options_.replan_every > 0 && (iteration + 1) % options_.replan_every == 0)

@@ -189,6 +189,7 @@ class TrainingLoop {
   std::optional<MeasuredFigures> measured_;      // the newest figures
   std::optional<MeasuredFigures> previous_;      // the previous iteration's own figures
   DriftWatch drift_;
+  int measuring_ = 0;  // iterations measured for the first re-plan
   // Measured / simulated iteration time of the current plan, learnt at a drift the figures did
   // not explain: expected times are the simulator's times this much.
   double model_scale_ = 1;
