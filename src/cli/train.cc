@@ -122,8 +122,8 @@ struct TrainSetup {
   ShapeRange range;                  // --seq-range / --batch-range; empty dimension: one shape
   std::optional<double> range_lr;    // --batch-range without --lr: the default rate of the largest batch
   std::map<int64_t, ShapePlanning> shapes;  // per shape bucket (0: the run's one shape)
-  // The simulator's prediction of what runs, from the device profile and the op times of an
-  // earlier run (--op-times); made when planning, or on request with --op-times.
+  // The simulator's prediction of the last plan (of the last bucket), on the figures it was made
+  // from; reported with a --policy or --op-times.
   std::optional<SimResult> predicted;
   std::optional<Baseline> baseline;  // --compare
   std::string profile_source;        // for the report: "measured", "cache", "file" or "profile"
