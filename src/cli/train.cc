@@ -409,9 +409,10 @@ ShapeBuckets make_buckets(const TrainCliOptions& o, TrainSetup& s, bool baseline
 // Runs the iterations (measuring the process's resident set after each, and keeping the
 // transfers of the iterations after the first that ran the final plan of the last bucket); a
 // non-finite loss stops training.
-Result<TrainResult> run_iterations(ShapeBuckets& buckets, int64_t iters, bool show_progress) {
+// `start`: when the run began (before its first plan), for the run's wall time.
+Result<TrainResult> run_iterations(ShapeBuckets& buckets, int64_t iters, bool show_progress,
+                                   std::chrono::steady_clock::time_point start) {
   TrainResult r;
-  const auto start = std::chrono::steady_clock::now();
   auto fail = [&](Status s) {
     if (show_progress) std::fprintf(stderr, "\n");
     return s;
@@ -452,8 +453,10 @@ Result<TrainResult> summarize(TrainResult r, ShapeBuckets& buckets) {
 // --compare: trains the same graph (the same shapes) on the same data without a budget or a plan
 // (the executor allocates what the keep plan needs), in this process, before the planned run.
 Result<Baseline> run_baseline(const TrainCliOptions& o, TrainSetup& s, bool show_progress) {
+  const auto start = std::chrono::steady_clock::now();
   ShapeBuckets buckets = make_buckets(o, s, /*baseline=*/true);
-  FERRY_ASSIGN_OR_RETURN(TrainResult r, run_iterations(buckets, o.iters, show_progress));
+  FERRY_RETURN_IF_ERROR(buckets.prepare(0));
+  FERRY_ASSIGN_OR_RETURN(TrainResult r, run_iterations(buckets, o.iters, show_progress, start));
   FERRY_ASSIGN_OR_RETURN(r, summarize(std::move(r), buckets));
   Baseline b;
   b.median_ms = r.median_ms;
@@ -688,9 +691,13 @@ int run_train(const TrainCliOptions& given) {
     if (!b.ok()) return report(b.status().with_context("the run without a plan (--compare)"));
     s.baseline = std::move(*b);
   }
-  if (!o.json) print_train_header(o, s);
+  const auto start = std::chrono::steady_clock::now();
   ShapeBuckets buckets = make_buckets(o, s, /*baseline=*/false);
-  Result<TrainResult> iterations = run_iterations(buckets, o.iters, show_progress);
+  // The first shape is planned and its executor made before anything runs, so that a budget no
+  // plan fits or a precision the backend cannot train fails up front.
+  if (Status st = buckets.prepare(0); !st.ok()) return report(with_conv_hint(st, s.graph, s.backend_options));
+  if (!o.json) print_train_header(o, s);
+  Result<TrainResult> iterations = run_iterations(buckets, o.iters, show_progress, start);
   if (!iterations.ok()) return report(with_conv_hint(iterations.status(), s.graph, s.backend_options));
   Result<TrainResult> r = summarize(std::move(*iterations), buckets);
   if (!r.ok()) return report(r.status());

@@ -61,6 +61,13 @@ Result<TrainingState> carry_state(const TrainingState& state, const Graph& from,
 }
 
 Result<LoopIteration> ShapeBuckets::run_iteration(int64_t iteration) {
+  FERRY_RETURN_IF_ERROR(prepare(iteration));
+  Bucket& b = *buckets_.at(active_);
+  ++b.iterations;
+  return b.loop->run_iteration(iteration, *b.parts.data);
+}
+
+Status ShapeBuckets::prepare(int64_t iteration) {
   const int64_t value = bucket_of(range_, draw_shape(range_, seed_, iteration));
   if (value != active_) {
     std::optional<TrainingState> state;
@@ -90,9 +97,7 @@ Result<LoopIteration> ShapeBuckets::run_iteration(int64_t iteration) {
     }
     active_ = value;
   }
-  Bucket& b = *buckets_.at(active_);
-  ++b.iterations;
-  return b.loop->run_iteration(iteration, *b.parts.data);
+  return Status::Ok();
 }
 
 uint64_t ShapeBuckets::measured_peak_bytes() const {

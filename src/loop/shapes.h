@@ -78,6 +78,10 @@ class ShapeBuckets {
   // (planning it), switching the executor over when the bucket changes. The first bucket's
   // weights are initialised from the seed.
   Result<LoopIteration> run_iteration(int64_t iteration);
+  // Makes the bucket of `iteration`'s shape the active one (planning it and making its executor
+  // when it is new) without running anything: a caller reports set-up errors (a budget no plan
+  // fits, a precision the backend cannot train) before the first iteration starts.
+  Status prepare(int64_t iteration);
 
   const std::map<int64_t, std::unique_ptr<Bucket>>& buckets() const { return buckets_; }
   const ShapeRange& range() const { return range_; }
