@@ -195,13 +195,14 @@ Status TrainingLoop::observe(int64_t iteration, double time_ms) {
                   fmt::format("{}; {}: the current plan predicted {:.1f} ms on the new figures", took,
                               change.what.empty() ? "figures changed" : change.what, model_scale_ * new_ms));
   }
+  const double predicted_new_ms = model_scale_ * new_ms;  // as judged, before the scale is learnt
   model_scale_ = old_ms > 0 ? measured_ms / old_ms : 1;
   events_.push_back({.after_iteration = iteration,
                      .what = took + fmt::format("; the new figures ({}) predict {:.1f} ms for this plan, which does not "
                                                 "explain it: the simulator is off by {:.2f}x on this machine, expected "
                                                 "times are scaled by it, no re-plan",
-                                                change.what.empty() ? "no change" : change.what,
-                                                model_scale_ * new_ms, model_scale_)});
+                                                change.what.empty() ? "no change" : change.what, predicted_new_ms,
+                                                model_scale_)});
   drift_.expect(measured_ms);
   return Status::Ok();
 }
