@@ -36,6 +36,12 @@ Result<ConvAlgorithm> parse_conv_algorithm(std::string_view s) {
   return Status::InvalidArgument(fmt::format("unknown convolution algorithm '{}' (use auto, direct or winograd)", s));
 }
 
+Graph with_backend_sizes(const Graph& g, const CompiledGraph& compiled) {
+  Graph sized = g;
+  for (Tensor& t : sized.tensors) t.bytes = compiled.tensor_bytes(t.id);
+  return sized;
+}
+
 Result<std::unique_ptr<Backend>> make_backend(std::string_view name, const BackendOptions& options) {
   if (name == "cpu") return make_cpu_backend(options);
   return Status::InvalidArgument(fmt::format("unknown backend '{}' (known: cpu)", name));

@@ -144,4 +144,8 @@ class Backend {
 // names.
 Result<std::unique_ptr<Backend>> make_backend(std::string_view name, const BackendOptions& options = {});
 
+// `g` with every tensor's bytes as `compiled` (a compilation of `g`) lays it out: the sizes plans
+// must be made for.
+Graph with_backend_sizes(const Graph& g, const CompiledGraph& compiled);
+
 }  // namespace ferry

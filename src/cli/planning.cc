@@ -51,7 +51,7 @@ Status with_conv_hint(Status s, const Graph& g, const BackendOptions& options) {
 Result<std::vector<uint64_t>> apply_backend_sizes(Graph& g, const BackendOptions& options) {
   FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend("cpu", options));
   FERRY_ASSIGN_OR_RETURN(std::unique_ptr<CompiledGraph> compiled, backend->compile(g));
-  for (Tensor& t : g.tensors) t.bytes = compiled->tensor_bytes(t.id);
+  g = with_backend_sizes(g, *compiled);
   return compiled->all_scratch_bytes();
 }
 

@@ -100,8 +100,7 @@ Result<std::unique_ptr<Executor>> Executor::create(const Graph& graph, Backend& 
                                                    std::unique_ptr<CompiledGraph> compiled) {
   FERRY_CHECK(compiled != nullptr, "Executor::create without a compiled graph");
   // Analyse and plan with the sizes the backend will really use.
-  Graph sized = graph;
-  for (Tensor& t : sized.tensors) t.bytes = compiled->tensor_bytes(t.id);
+  Graph sized = with_backend_sizes(graph, *compiled);
   AnalysisOptions ao;
   ao.op_scratch_bytes = compiled->all_scratch_bytes();
   ao.alignment = kAlignment;

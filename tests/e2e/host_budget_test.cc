@@ -70,10 +70,9 @@ TEST_P(HostBudget, SpillsToSsdWithinTheBudgetAndTrainsBitwiseTheSame) {
   Result<Trained> reference = train(g, nullptr, 0, 0);
   ASSERT_TRUE(reference.ok()) << reference.status().message();
 
-  Graph sized = g;
   auto backend = make_backend("cpu").value();
   auto compiled = backend->compile(g).value();
-  for (Tensor& t : sized.tensors) t.bytes = compiled->tensor_bytes(t.id);
+  const Graph sized = with_backend_sizes(g, *compiled);
   const CostModel cost(load_profile("cpu-local").value());
   PlanContext ctx{.graph = sized, .cost = cost, .tier = Tier::kHost, .op_scratch_bytes = compiled->all_scratch_bytes()};
   const uint64_t none = plan_policy("none", ctx).value().device_bytes;

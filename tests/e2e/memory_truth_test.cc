@@ -71,8 +71,7 @@ Outcome train(const Graph& g, ExecutorOptions o, const Schedule* schedule = null
 Schedule swap_plan(const Graph& g) {
   auto backend = make_backend("cpu").value();
   auto compiled = backend->compile(g).value();
-  Graph sized = g;
-  for (Tensor& t : sized.tensors) t.bytes = compiled->tensor_bytes(t.id);
+  const Graph sized = with_backend_sizes(g, *compiled);
   const CostModel cost(load_profile("cpu-local").value());
   PlanContext ctx{.graph = sized, .cost = cost, .budget_bytes = 0, .tier = Tier::kHost,
                   .op_scratch_bytes = compiled->all_scratch_bytes()};

@@ -110,10 +110,9 @@ TEST_P(SwapIdentity, BitwiseIdenticalWithinBudgetAsPredicted) {
   ASSERT_TRUE(reference.ok()) << reference.status().message();
 
   // Plan with the backend's real sizes, as `ferry train` does.
-  Graph sized = g;
   auto backend = make_backend("cpu", bo).value();
   auto compiled = backend->compile(g).value();
-  for (Tensor& t : sized.tensors) t.bytes = compiled->tensor_bytes(t.id);
+  const Graph sized = with_backend_sizes(g, *compiled);
   const std::vector<uint64_t> scratch = compiled->all_scratch_bytes();
   const CostModel cost(load_profile("cpu-local").value());
   PlanContext ctx{.graph = sized, .cost = cost, .budget_bytes = 0, .tier = Tier::kHost, .op_scratch_bytes = scratch};
@@ -200,10 +199,9 @@ TEST(CodecSwapIdentity, LosslessCodecsOnTheSsdTierAreBitwiseIdentical) {
     const BackendOptions bo;
     Result<Outcome> reference = train(g, nullptr, 0, bo);
     ASSERT_TRUE(reference.ok()) << reference.status().message();
-    Graph sized = g;
     auto backend = make_backend("cpu", bo).value();
     auto compiled = backend->compile(g).value();
-    for (Tensor& t : sized.tensors) t.bytes = compiled->tensor_bytes(t.id);
+    const Graph sized = with_backend_sizes(g, *compiled);
     const CostModel cost(load_profile("cpu-local").value());
     PlanContext ctx{.graph = sized, .cost = cost, .budget_bytes = 0, .tier = Tier::kSsd,
                     .op_scratch_bytes = compiled->all_scratch_bytes()};

@@ -90,11 +90,7 @@ TEST(Shapes, BucketedTrainingIsBitwiseTheSameAndWithinBudget) {
   const ShapeRange range = parse_shape_range("seq", "8:40", 16).value();
   const HardwareProfile hw = load_profile("cpu-local").value();
   // The budget: 85% of the largest shape's keep plan (the smallest bucket then needs no plan).
-  Graph largest = gpt2(40);
-  {
-    auto compiled = backend->compile(largest).value();
-    for (Tensor& t : largest.tensors) t.bytes = compiled->tensor_bytes(t.id);
-  }
+  const Graph largest = with_backend_sizes(gpt2(40), *backend->compile(gpt2(40)).value());
   const CostModel cost(hw);
   const uint64_t none = plan_policy("none", PlanContext{.graph = largest, .cost = cost}).value().device_bytes;
   const uint64_t budget = none * 85 / 100;
@@ -103,9 +99,8 @@ TEST(Shapes, BucketedTrainingIsBitwiseTheSameAndWithinBudget) {
     auto factory = [&](int64_t seq) -> Result<BucketParts> {
       BucketParts p;
       p.graph = gpt2(seq);
-      p.sized = p.graph;
       auto compiled = backend->compile(p.graph).value();
-      for (Tensor& t : p.sized.tensors) t.bytes = compiled->tensor_bytes(t.id);
+      p.sized = with_backend_sizes(p.graph, *compiled);
       const std::vector<uint64_t> scratch = compiled->all_scratch_bytes();
       p.options.executor.seed = 9;
       p.options.executor.budget_bytes = planned ? budget : 0;

@@ -32,9 +32,8 @@ struct Sized {
 };
 
 Sized sized_of(const Graph& g, Backend& backend) {
-  Sized s{.graph = g};
   auto compiled = backend.compile(g).value();
-  for (Tensor& t : s.graph.tensors) t.bytes = compiled->tensor_bytes(t.id);
+  Sized s{.graph = with_backend_sizes(g, *compiled)};
   s.scratch = compiled->all_scratch_bytes();
   const CostModel cost(load_profile("cpu-local").value());
   PlanContext ctx{.graph = s.graph, .cost = cost, .op_scratch_bytes = s.scratch};
