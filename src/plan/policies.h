@@ -66,6 +66,13 @@ struct PlanContext {
   // When a plan does not fit, name the smallest budget at which the policy fits (a search of
   // 10-100 plans); false: say only what the plan needs (sweeps, which probe many budgets).
   bool name_smallest_budget = true;
+  // For executors that act only through a framework's saved tensors (the PyTorch adapter,
+  // python/ferry): when non-empty, indexed by TensorId, a tensor may be freed and brought back only
+  // if it is marked here, and only in its gap from its last forward access to its first backward
+  // access (where the framework holds it only for backward). Honoured by `ferry` alone; other
+  // policies refuse a context that sets it or clears allow_recompute.
+  std::vector<bool> framework_saved{};
+  bool allow_recompute = true;  // false: swaps only (an executor that cannot re-run ops)
 };
 
 // A plan and what the planner knows about it.

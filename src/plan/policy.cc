@@ -47,9 +47,11 @@ Result<PlanAttempt> plan_checkmate_in_portfolio(const PlanContext& ctx, const Pl
 // budget, and the fastest fitting plan by the simulator wins (ties: ferry's own). This makes
 // "ferry is feasible wherever a seed policy is, and at least as fast" hold by construction; the
 // notes say which plan won. checkmate joins on graphs it accepts, with a node limit (deterministic).
+// A context restricted to framework-saved tensors or without recomputation gets ferry's own plan
+// only: the seed policies do not honour those restrictions.
 Result<PlanAttempt> plan_ferry_default(const PlanContext& ctx, const PlanFacts& facts) {
   FERRY_ASSIGN_OR_RETURN(PlanAttempt best, plan_ferry(ctx, facts));
-  if (ctx.budget_bytes == 0) return best;
+  if (ctx.budget_bytes == 0 || !facts.framework_saved.empty() || !facts.allow_recompute) return best;
   auto simulated_us = [&](const Schedule& s) -> Result<double> {
     FERRY_ASSIGN_OR_RETURN(SimResult sim, simulate_for_planning(ctx, facts, s));
     return sim.iteration_us;
@@ -151,6 +153,10 @@ Status check_request(std::string_view policy, const PlanContext& ctx, const Entr
     for (const Entry& e : registry()) names += (names.empty() ? "" : ", ") + e.info.name;
     return Status::InvalidArgument(fmt::format("unknown policy '{}' (known: {})", policy, names));
   }
+  if ((!ctx.framework_saved.empty() || !ctx.allow_recompute) && entry->info.name != "ferry")
+    return Status::InvalidArgument(fmt::format(
+        "policy '{}' cannot plan for an executor restricted to framework-saved tensors or without recomputation; "
+        "use 'ferry'", entry->info.name));
   const PolicyOptions& o = ctx.options;
   if (o.lms_swapin_ahead < 1)
     return Status::InvalidArgument(fmt::format("lms swapin_ahead must be at least 1, got {}", o.lms_swapin_ahead));

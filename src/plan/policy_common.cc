@@ -211,9 +211,17 @@ bool PlanFacts::saved(TensorId t) const {
 
 bool PlanFacts::recomputable(TensorId t) const {
   const Tensor& tensor = g().tensor(t);
+  if (!allow_recompute) return false;
+  if (!framework_saved.empty() && !framework_saved[static_cast<size_t>(t)]) return false;
   if (tensor.persistent() || tensor.role == TensorRole::kInput || t == g().loss) return false;
   const OpId p = producer[static_cast<size_t>(t)];
   return p != kNoOp && g().op(p).phase == Phase::kForward;
+}
+
+bool PlanFacts::gap_allowed(TensorId t, OpId from, OpId to, bool cyclic) const {
+  if (framework_saved.empty()) return true;
+  if (cyclic || !framework_saved[static_cast<size_t>(t)]) return false;
+  return from < num_forward && to >= num_forward;
 }
 
 OpId PlanFacts::forward_end(TensorId t) const { return info(t).last_forward_use; }
@@ -226,6 +234,11 @@ Result<PlanFacts> make_plan_facts(const PlanContext& ctx) {
   PlanFacts f;
   f.graph = &g;
   f.alignment = ctx.alignment;
+  if (!ctx.framework_saved.empty() && ctx.framework_saved.size() != g.tensors.size())
+    return Status::InvalidArgument(fmt::format("framework_saved has {} entries for a graph of {} tensors",
+                                               ctx.framework_saved.size(), g.tensors.size()));
+  f.framework_saved = ctx.framework_saved;
+  f.allow_recompute = ctx.allow_recompute;
   f.program_options.op_scratch_bytes = ctx.op_scratch_bytes;
   f.program_options.allow_inplace = ctx.allow_inplace;
   AnalysisOptions ao;

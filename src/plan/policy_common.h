@@ -45,6 +45,8 @@ struct PlanFacts {
   ProgramOptions program_options;     // scratch and in-place, as the simulator lowers
   uint64_t alignment = 64;
   uint64_t none_device_bytes = 0;     // device bytes of the keep plan (policy none)
+  std::vector<bool> framework_saved;  // PlanContext::framework_saved
+  bool allow_recompute = true;        // PlanContext::allow_recompute
 
   const Graph& g() const { return *graph; }
   const TensorInfo& info(TensorId t) const { return analysis.tensors[static_cast<size_t>(t)]; }
@@ -52,8 +54,13 @@ struct PlanFacts {
   // Transient, produced by a forward op or a data input, read in forward or produced there, and
   // read again in backward: what swapping and recomputation can free between the two phases.
   bool saved(TensorId t) const;
-  // A forward op's output that is not the loss: kRecompute may regenerate it.
+  // A forward op's output that is not the loss (and recomputation allowed): kRecompute may
+  // regenerate it.
   bool recomputable(TensorId t) const;
+  // Whether a plan may free t between its accesses at steps `from` and `to` (`cyclic`: across the
+  // iteration boundary, persistent tensors): always, unless framework_saved restricts it to a
+  // saved tensor's gap from forward to backward.
+  bool gap_allowed(TensorId t, OpId from, OpId to, bool cyclic) const;
   // The last forward step that reads t, or its producer's step when no forward op reads it.
   OpId forward_end(TensorId t) const;
 };

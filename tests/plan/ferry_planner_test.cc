@@ -107,5 +107,54 @@ INSTANTIATE_TEST_SUITE_P(Chains, BoundExactFerry, ::testing::ValuesIn(cases()), 
                      to_string(info.param.tier));
 });
 
+// An executor that acts only through a framework's saved tensors (the PyTorch adapter): the plan
+// frees only the marked tensors, only between forward and backward, and never recomputes.
+TEST(FerryPlanner, FrameworkSavedRestrictsWhatMovesAndWhen) {
+  const Chain chain({4096, 8192, 8192, 8192, 4096}, {0, 10, 10, 10, 10});
+  const CostModel cost = round_cost();
+  PlanContext ctx{.graph = chain.g(), .cost = cost, .tier = Tier::kHost};
+  const uint64_t full = policy_test::must_plan("none", ctx).device_bytes;
+  ctx.framework_saved.assign(chain.g().tensors.size(), false);
+  ctx.framework_saved[static_cast<size_t>(chain.a[1])] = true;
+  ctx.framework_saved[static_cast<size_t>(chain.a[2])] = true;
+  ctx.allow_recompute = false;
+  ctx.budget_bytes = full - 8192;  // one of the marked tensors must leave
+  const PlanReport r = policy_test::must_plan("ferry", ctx);
+  EXPECT_LE(r.device_bytes, ctx.budget_bytes);
+  EXPECT_GE(r.swapped_tensors, 1u);
+  EXPECT_EQ(r.recomputed_tensors, 0u);
+  OpId num_forward = 0;
+  while (chain.g().op(num_forward).phase == Phase::kForward) ++num_forward;
+  for (size_t step = 0; step < r.schedule.before.size(); ++step)
+    for (const auto* list : {&r.schedule.before[step], &r.schedule.after[step]})
+      for (const Action& a : *list) {
+        SCOPED_TRACE(fmt::format("{} of '{}' at step {}", to_string(a.kind), chain.g().tensor(a.tensor).name, step));
+        EXPECT_TRUE(ctx.framework_saved[static_cast<size_t>(a.tensor)]);
+        EXPECT_NE(a.kind, ActionKind::kRecompute);
+        if (a.kind == ActionKind::kSwapIn) EXPECT_GE(static_cast<OpId>(step), num_forward);
+        if (a.kind == ActionKind::kRelease)
+          EXPECT_GE(static_cast<OpId>(step), chain.forward[2] - 1);  // not before its forward reads
+      }
+  // Nothing marked: nothing may move, so the budget that needed a move cannot fit.
+  ctx.framework_saved.assign(chain.g().tensors.size(), false);
+  Result<PlanReport> none = plan_policy("ferry", ctx);
+  ASSERT_FALSE(none.ok()) << "device bytes " << none->device_bytes << " of budget " << ctx.budget_bytes << ", full "
+                         << full << ", actions " << none->schedule.num_actions() << " " << [&] {
+                           std::string a;
+                           for (size_t i = 0; i < none->schedule.before.size(); ++i)
+                             for (const auto* l : {&none->schedule.before[i], &none->schedule.after[i]})
+                               for (const Action& x : *l)
+                                 a += fmt::format("{}:{}:{} ", i, to_string(x.kind), chain.g().tensor(x.tensor).name);
+                           return a;
+                         }();
+  EXPECT_EQ(none.status().code(), StatusCode::kOutOfMemory) << none.status().message();
+  // The other policies cannot honour the restriction and say so.
+  Result<PlanReport> capuchin = plan_policy("capuchin", ctx);
+  ASSERT_FALSE(capuchin.ok());
+  EXPECT_NE(capuchin.status().message().find("use 'ferry'"), std::string::npos) << capuchin.status().message();
+  ctx.framework_saved.assign(3, true);
+  EXPECT_EQ(plan_policy("ferry", ctx).status().code(), StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace ferry

@@ -226,7 +226,7 @@ class Planner {
       const std::vector<OpId>& a = s.accesses;
       if (a.empty()) continue;
       if (t.persistent()) {
-        if (!swaps_allowed()) continue;
+        if (!swaps_allowed() || !f_.gap_allowed(t.id, a.back(), a.front(), true)) continue;
         add_gap(t.id, a.back(), a.front(), /*cyclic=*/true, /*index=*/true);
         for (size_t k = 0; k + 1 < a.size(); ++k)
           if (a[k + 1] - a[k] >= 2) add_gap(t.id, a[k], a[k + 1], false, /*index=*/false);  // after offload
@@ -234,7 +234,7 @@ class Planner {
       }
       if (!s.recomputable && !swaps_allowed()) continue;
       for (size_t k = 0; k + 1 < a.size(); ++k)
-        if (a[k + 1] - a[k] >= 2) add_gap(t.id, a[k], a[k + 1], false, true);
+        if (a[k + 1] - a[k] >= 2 && f_.gap_allowed(t.id, a[k], a[k + 1], false)) add_gap(t.id, a[k], a[k + 1], false, true);
     }
   }
 

@@ -30,13 +30,14 @@ std::vector<GapSpec> find_gaps(const PlanFacts& facts, const TensorAccesses& acc
     const std::vector<OpId>& a = accesses.steps[static_cast<size_t>(t.id)];
     if (a.empty()) continue;
     if (t.persistent()) {
-      if (!swaps_allowed) continue;
+      if (!swaps_allowed || !facts.gap_allowed(t.id, a.back(), a.front(), true)) continue;
       out.push_back({t.id, a.back(), a.front(), true});
     } else if (!swaps_allowed && !facts.recomputable(t.id)) {
       continue;
     }
     for (size_t k = 0; k + 1 < a.size(); ++k)
-      if (a[k + 1] - a[k] >= 2) out.push_back({t.id, a[k], a[k + 1], false});
+      if (a[k + 1] - a[k] >= 2 && facts.gap_allowed(t.id, a[k], a[k + 1], false))
+        out.push_back({t.id, a[k], a[k + 1], false});
   }
   return out;
 }

@@ -1,0 +1,204 @@
+"""Recording one PyTorch training iteration as a Ferry graph (trace format v1).
+
+Design
+- Two public PyTorch mechanisms watch the iteration: a TorchDispatchMode sees every aten op below
+  autograd (forward and backward alike, with its real inputs and outputs), and
+  saved_tensors_hooks sees every tensor autograd saves for backward (pack) and every time backward
+  reads one (unpack).
+- Ferry's graph is over *storages*, not tensor objects: memory is held by storages, and a view
+  (`view`, `t`, `transpose`, slicing) shares its base's. An op output whose schema says it aliases
+  an input without writing is a view: no new graph tensor. An output that aliases an input and
+  writes it (`relu_`, `add_`, `out=` forms) is an in-place update: a new version of the storage
+  becomes a new graph tensor, produced by that op from the old version with `inplace: true` (the
+  memory model lets it reuse the old version's bytes when the old one dies there), so every graph
+  tensor is written once, as trace v1 requires. Any other output is a new storage.
+- Storages are recognised by their data pointer among the storages alive in the recording; a
+  pointer reused after a free is a new storage, because only an op's fresh output (schema without
+  alias) creates a graph tensor, and that replaces the pointer's entry.
+- Roles: a storage first seen as an input is a `weight` if it is a parameter's, else an `input`
+  (data, buffers, anything made before the step); fresh outputs are `activation`s in forward and
+  `gradient`s in backward; at the end, the storages that became parameters' `.grad` are
+  `weight_gradient`s; optimizer state (added when the plan is made, after the optimizer has created
+  it) is `optimizer_state`, read and written by one `update` op that stands for optimizer.step().
+- Phases: ops are `forward` until backward reads its first saved tensor (the first unpack), then
+  `backward`. The few backward ops that run before that (the loss's own gradient, which saves
+  nothing) are counted as forward; they are tiny and save nothing, so no plan depends on them.
+- Op times are the wall time of each aten call as this process ran it (measured, Python dispatch
+  included), in microseconds.
+- Each pack is remembered in order (which graph tensor, at which op), and so is each op's name and
+  output sizes: the executor (ferry/torch.py) follows the plan by these counters and notices when a
+  later iteration differs.
+"""
+import time
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+
+
+def storage_key(t):
+    """(data pointer, bytes) of a tensor's storage; bytes 0 for an empty one."""
+    s = t.storage()
+    return s.data_ptr(), s.nbytes()
+
+
+class Recording:
+    """One recorded iteration: graph tensors and ops, saves, and the counters the executor checks."""
+
+    def __init__(self):
+        self.tensors = []        # dicts: id, name, role, bytes
+        self.ops = []            # dicts: name, type, phase, inputs, outputs, time_us, inplace
+        self.op_signatures = []  # per op: (aten name, output storage bytes) to recognise it later
+        self.saves = []          # per pack, in order: (graph tensor id, op index at the pack)
+        self.unpacks = []        # per unpack, in order: graph tensor id
+        self.num_forward = 0     # ops before the first unpack
+        self.weight_ids = {}     # parameter storage pointer -> graph tensor id
+
+    def new_tensor(self, name, role, nbytes):
+        tid = len(self.tensors)
+        self.tensors.append({"id": tid, "name": name, "role": role, "bytes": int(nbytes)})
+        return tid
+
+    def saved_ids(self):
+        return {tid for tid, _ in self.saves}
+
+    def trace(self, model_name, optimizer_state=(), persistent_grads=()):
+        """The iteration as a Ferry trace (dict, format v1), with one update op for the optimizer.
+
+        optimizer_state: (name, bytes) of each optimizer state storage; persistent_grads: graph ids
+        of the weight gradients the update reads.
+        """
+        tensors = [dict(t) for t in self.tensors]
+        ops = [dict(o) for o in self.ops]
+        weights = [t["id"] for t in tensors if t["role"] == "weight"]
+        state = []
+        for name, nbytes in optimizer_state:
+            tid = len(tensors)
+            tensors.append({"id": tid, "name": name, "role": "optimizer_state", "bytes": int(nbytes)})
+            state.append(tid)
+        grads = sorted(persistent_grads)
+        if weights:
+            ops.append({"name": "optimizer.step", "type": "opaque", "phase": "update",
+                        "inputs": weights + state + grads, "outputs": weights + state})
+        return {"format": "ferry-trace", "version": 1, "model": model_name, "tensors": tensors, "ops": ops}
+
+
+class Recorder(TorchDispatchMode):
+    """Records the ops and saves of the code run inside `with Recorder(...)` (see the module doc)."""
+
+    def __init__(self, parameters):
+        super().__init__()
+        self.rec = Recording()
+        self._params = {}
+        for name, p in parameters:
+            ptr, nbytes = storage_key(p)
+            if nbytes > 0 and ptr not in self._params:
+                self._params[ptr] = (name, nbytes)
+        self._current = {}  # storage pointer -> graph tensor id of its latest version
+        self._backward = False
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+
+    def __enter__(self):
+        self._hooks.__enter__()
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        out = super().__exit__(*exc)
+        self._hooks.__exit__(*exc)
+        return out
+
+    # -- storages -------------------------------------------------------------------------------
+    def _lookup(self, t):
+        """Graph id of t's storage (created as weight or input when first seen), or None if empty."""
+        ptr, nbytes = storage_key(t)
+        if nbytes == 0:
+            return None
+        tid = self._current.get(ptr)
+        if tid is None:
+            if ptr in self._params:
+                name, _ = self._params[ptr]
+                tid = self.rec.new_tensor(name, "weight", nbytes)
+                self.rec.weight_ids[ptr] = tid
+            else:
+                tid = self.rec.new_tensor(f"input{len(self.rec.tensors)}", "input", nbytes)
+            self._current[ptr] = tid
+        return tid
+
+    # -- hooks ----------------------------------------------------------------------------------
+    def _pack(self, t):
+        tid = self._lookup(t)
+        if tid is not None:
+            self.rec.saves.append((tid, len(self.rec.ops)))
+        return (tid, t)  # the graph id travels with the saved tensor to its unpacks
+
+    def _unpack(self, packed):
+        if not self._backward:
+            self._backward = True
+            self.rec.num_forward = len(self.rec.ops)
+        tid, t = packed
+        if tid is not None:
+            self.rec.unpacks.append(tid)
+        return t
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        inputs = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
+        in_ids = []
+        for a in inputs:
+            tid = self._lookup(a)
+            if tid is not None and tid not in in_ids:
+                in_ids.append(tid)
+        start = time.perf_counter_ns()
+        out = func(*args, **kwargs)
+        time_us = (time.perf_counter_ns() - start) / 1e3
+        self._record(func, in_ids, out, time_us)
+        return out
+
+    def _record(self, func, in_ids, out, time_us):
+        index = len(self.rec.ops)
+        name = str(func)
+        phase = "backward" if self._backward else "forward"
+        outs = tree_flatten(out)[0]
+        returns = func._schema.returns
+        out_ids, signature, inplace = [], [], False
+        for k, o in enumerate(outs):
+            if not isinstance(o, torch.Tensor):
+                continue
+            ptr, nbytes = storage_key(o)
+            signature.append(nbytes)
+            if nbytes == 0:
+                continue
+            alias = returns[k].alias_info if k < len(returns) else None
+            if alias is not None and not alias.is_write:
+                continue  # a view: same storage, same graph tensor
+            old = self._current.get(ptr) if alias is not None else None
+            role = "gradient" if self._backward else "activation"
+            tid = self.rec.new_tensor(f"{name}#{index}.{k}", role, nbytes)
+            if old is not None:
+                # In-place: the old version is read and (if it is the first input) overwritten.
+                if old not in in_ids:
+                    in_ids.append(old)
+                if in_ids[0] == old and not out_ids:
+                    inplace = True
+            self._current[ptr] = tid
+            out_ids.append(tid)
+        op = {"name": f"{name}#{index}", "type": "opaque", "phase": phase, "inputs": in_ids, "outputs": out_ids,
+              "time_us": time_us}
+        if inplace:
+            op["inplace"] = True
+        self.rec.ops.append(op)
+        self.rec.op_signatures.append((name, tuple(signature)))
+
+    def finish(self, parameters):
+        """Marks the storages that ended as parameters' .grad as weight gradients; returns their ids."""
+        if not self._backward:
+            self.rec.num_forward = len(self.rec.ops)
+        grads = set()
+        for _, p in parameters:
+            if p.grad is None:
+                continue
+            tid = self._current.get(storage_key(p.grad)[0])
+            if tid is not None and self.rec.tensors[tid]["role"] in ("gradient", "activation"):
+                self.rec.tensors[tid]["role"] = "weight_gradient"
+                grads.add(tid)
+        return grads

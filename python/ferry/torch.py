@@ -1,0 +1,418 @@
+"""ferry.torch: train a PyTorch model under a memory budget with a plan made by Ferry.
+
+    import ferry.torch as ft
+    trainer = ft.Budget(model, optimizer, budget="2GiB", tier="ssd")   # or tier="host"
+    for x, y in loader:
+        with trainer.step():
+            loss = loss_fn(model(x), y)
+            loss.backward()
+        optimizer.step(); optimizer.zero_grad(set_to_none=True)
+
+Design (docs/pytorch.md has the whole story)
+- The first step runs as plain PyTorch while ferry._record watches it: every aten op (time,
+  storages read and written) and every tensor autograd saves. At the next step the recording
+  becomes a Ferry graph (with the optimizer state, which exists by then) and Ferry's planner
+  (`ferry`, through the C++ module ferry._ferry) plans it for the budget, restricted to what this
+  adapter can do: free only tensors autograd saved, only between forward and backward, by swapping
+  them to the host or SSD tier and back (no recomputation yet). A budget below what any such plan
+  needs raises BudgetError naming the smallest one.
+- Later steps follow the plan. A TorchDispatchMode counts ops; before and after op i it runs the
+  plan's actions for step i. A swapped tensor's pack hook hands autograd a small handle instead of
+  the tensor, so autograd no longer holds its storage; the adapter holds it until the planned
+  release (after the swap-out, which Ferry's transfer engine runs on its own thread, has
+  finished). A planned swap-in allocates a fresh buffer and copies the bytes back on the engine's
+  other thread; unpack waits for it and returns a tensor with the saved tensor's dtype, size,
+  strides and offset over the restored bytes. Bytes come back bit for bit, so gradients are those
+  of plain PyTorch.
+- When a step differs from the recording (another op, another size, more or fewer saves: a new
+  shape or branch), the adapter stops acting for the rest of that step (tensors it holds stay
+  valid; a handle not yet swapped in is loaded on demand) and records the next step afresh.
+- With a budget the plan meets without moving anything, no hook or mode is installed at all.
+"""
+import contextlib
+import json
+import os
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from ferry import _ferry
+from ferry._record import Recorder, storage_key
+
+__all__ = ["Budget", "BudgetError", "record"]
+
+
+class BudgetError(MemoryError):
+    """The budget is below the smallest one a plan fits; `min_budget_bytes` says that one."""
+
+    def __init__(self, message, min_budget_bytes):
+        super().__init__(message)
+        self.min_budget_bytes = min_budget_bytes
+
+
+def _budget_bytes(budget):
+    if isinstance(budget, bool) or not isinstance(budget, (int, str)):
+        raise TypeError(f"budget must be bytes (int) or a size such as '2GiB', got {budget!r}")
+    if isinstance(budget, int):
+        if budget <= 0:
+            raise ValueError(f"budget must be positive, got {budget}")
+        return budget
+    return _ferry.parse_bytes(budget)
+
+
+def _optimizer_state(optimizer):
+    """(name, bytes) of every distinct storage in the optimizer's state."""
+    seen, out = set(), []
+    if optimizer is None:
+        return out
+    for i, (param, state) in enumerate(optimizer.state.items()):
+        for key, value in state.items():
+            if isinstance(value, torch.Tensor):
+                ptr, nbytes = storage_key(value)
+                if nbytes > 0 and ptr not in seen:
+                    seen.add(ptr)
+                    out.append((f"state{i}.{key}", nbytes))
+    return out
+
+
+def _check_no_grads(parameters):
+    for name, p in parameters:
+        if p.grad is not None:
+            raise ValueError(
+                f"parameter '{name}' has a gradient at the start of the step; ferry.torch plans iterations whose "
+                "gradients are made by backward and consumed by the optimizer: call "
+                "optimizer.zero_grad(set_to_none=True) between steps (gradient accumulation across steps is not "
+                "supported yet)")
+
+
+class _Divergence(Exception):
+    pass
+
+
+class _Slot:
+    """One graph tensor the plan moves: its storage while held, its copy's tickets, its buffer."""
+
+    __slots__ = ("tid", "nbytes", "held", "out_ticket", "out_pending", "buffer", "in_ticket", "unpacks_left",
+                 "released", "loads")
+
+    def __init__(self, tid, nbytes, unpacks):
+        self.tid, self.nbytes, self.unpacks_left = tid, nbytes, unpacks
+        self.held = None        # a tensor on the original storage, until the planned release
+        self.out_ticket = 0
+        self.out_pending = False  # the plan's swap-out came before autograd saved the tensor
+        self.buffer = None      # uint8 tensor the swap-in fills
+        self.in_ticket = 0
+        self.released = False
+        self.loads = 0          # swap-ins issued this step
+
+
+class _Packed:
+    """What autograd holds for a moved saved tensor: its slot and how to rebuild the view."""
+
+    __slots__ = ("slot", "dtype", "size", "stride", "offset")
+
+    def __init__(self, slot, t):
+        self.slot, self.dtype = slot, t.dtype
+        self.size, self.stride, self.offset = t.size(), t.stride(), t.storage_offset()
+
+
+class _Executor(TorchDispatchMode):
+    """Runs one step following a plan (module doc)."""
+
+    def __init__(self, recording, plan, engine):
+        super().__init__()
+        self.rec, self.engine = recording, engine
+        self.before = {}
+        self.after = {}
+        for step, when, kind, tid, _tier in plan["actions"]:
+            (self.before if when == "before" else self.after).setdefault(step, []).append((kind, tid))
+        unpacks = {}
+        for tid in recording.unpacks:
+            unpacks[tid] = unpacks.get(tid, 0) + 1
+        moved = {tid for _, _, _, tid, _ in plan["actions"]}
+        self.slots = {tid: _Slot(tid, recording.tensors[tid]["bytes"], unpacks.get(tid, 0)) for tid in moved}
+        self.op_index = 0
+        self.pack_index = 0
+        self.diverged = None  # why the step left the recording, or None
+        self._quiet = 0       # > 0 while the adapter runs its own ops (not the model's)
+        self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+
+    def __enter__(self):
+        self._hooks.__enter__()
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        out = super().__exit__(*exc)
+        self._hooks.__exit__(*exc)
+        return out
+
+    def _diverge(self, why):
+        if self.diverged is None:
+            self.diverged = why
+
+    # -- plan actions ---------------------------------------------------------------------------
+    def _run(self, actions):
+        for kind, tid in actions:
+            slot = self.slots[tid]
+            if kind == "swap_out":
+                if slot.held is None:
+                    if slot.released:
+                        raise _Divergence(f"the plan swaps out tensor {tid} after releasing it")
+                    slot.out_pending = True  # issued when autograd saves it (_pack)
+                    continue
+                slot.out_ticket = self.engine.swap_out(tid, storage_key(slot.held)[0], slot.nbytes)
+            elif kind == "release":
+                if slot.held is None:
+                    raise _Divergence(f"the plan releases tensor {tid}, which this step has not saved")
+                if slot.out_ticket:
+                    self.engine.wait(slot.out_ticket)
+                slot.held, slot.released = None, True
+            elif kind == "swap_in":
+                # Autograd unpacks an op's saved tensors just before the op: a swap-in planned
+                # before op i may already have been done by an unpack for op i.
+                if slot.loads == 0 and slot.held is None:
+                    self._swap_in(slot)
+            else:
+                raise _Divergence(f"the adapter cannot run a '{kind}' action")
+
+    def _swap_in(self, slot):
+        slot.loads += 1
+        slot.buffer = torch.empty(slot.nbytes, dtype=torch.uint8)
+        slot.in_ticket = self.engine.swap_in(slot.tid, slot.buffer.data_ptr(), slot.nbytes)
+
+    @contextlib.contextmanager
+    def _own_ops(self):
+        self._quiet += 1
+        try:
+            yield
+        finally:
+            self._quiet -= 1
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if self._quiet:
+            return func(*args, **(kwargs or {}))
+        i = self.op_index
+        self.op_index += 1
+        if self.diverged is None:
+            # after[i - 1] runs now rather than when op i - 1 returned: autograd saves an op's
+            # outputs after the op returns, and the plan's actions after it may concern them.
+            self._act(self.after.get(i - 1, ()))
+        if self.diverged is None:
+            if i >= len(self.rec.op_signatures) or self.rec.op_signatures[i][0] != str(func):
+                self._diverge(f"op {i} is {func}, the recording has "
+                              f"{self.rec.op_signatures[i][0] if i < len(self.rec.op_signatures) else 'no more ops'}")
+            else:
+                self._act(self.before.get(i, ()))
+        return func(*args, **(kwargs or {}))
+
+    def _act(self, actions):
+        try:
+            with self._own_ops():
+                self._run(actions)
+        except _Divergence as d:
+            self._diverge(str(d))
+
+    # -- saved tensors --------------------------------------------------------------------------
+    def _pack(self, t):
+        with self._own_ops():
+            return self._pack_quiet(t)
+
+    def _pack_quiet(self, t):
+        k = self.pack_index
+        self.pack_index += 1
+        if self.diverged is not None:
+            return t
+        if k >= len(self.rec.saves):
+            self._diverge(f"save {k} is beyond the recording's {len(self.rec.saves)}")
+            return t
+        tid, _ = self.rec.saves[k]
+        slot = self.slots.get(tid)
+        if slot is None:
+            return t
+        ptr, nbytes = storage_key(t)
+        if nbytes != slot.nbytes:
+            self._diverge(f"save {k} has {nbytes} bytes, the recording {slot.nbytes}")
+            return t
+        if slot.held is None and not slot.released:
+            slot.held = t.detach()
+            if slot.out_pending:
+                slot.out_pending = False
+                slot.out_ticket = self.engine.swap_out(slot.tid, ptr, slot.nbytes)
+        elif slot.held is not None and storage_key(slot.held)[0] != ptr:
+            self._diverge(f"save {k} is another storage than the recording's tensor {tid}")
+            return t
+        return _Packed(slot, t)
+
+    def _unpack(self, packed):
+        if not isinstance(packed, _Packed):
+            return packed
+        with self._own_ops():
+            return self._unpack_quiet(packed)
+
+    def _unpack_quiet(self, packed):
+        slot = packed.slot
+        if slot.held is not None:
+            data = slot.held
+            if data.dtype != packed.dtype:
+                data = torch.empty(0, dtype=packed.dtype).set_(data.storage()._untyped(), 0, (slot.nbytes // data.element_size(),), (1,))
+            data = data.as_strided(packed.size, packed.stride, packed.offset)
+        else:
+            if slot.buffer is None:  # not swapped in by the plan (a diverged step): load now
+                if slot.out_ticket:
+                    self.engine.wait(slot.out_ticket)
+                self._swap_in(slot)
+            if slot.in_ticket:
+                self.engine.wait(slot.in_ticket)
+                slot.in_ticket = 0
+            data = slot.buffer.view(packed.dtype).as_strided(packed.size, packed.stride, packed.offset)
+        slot.unpacks_left -= 1
+        if slot.unpacks_left <= 0:
+            slot.buffer = None  # the last read: autograd's use keeps the bytes alive as long as needed
+        return data
+
+    def finish(self):
+        """Waits for every transfer and drops every copy; returns why the step diverged, or None."""
+        if self.diverged is None:
+            self._act(self.after.get(self.op_index - 1, ()))
+        self.engine.drain()
+        for slot in self.slots.values():
+            self.engine.discard(slot.tid)
+        if self.diverged is None and self.op_index != len(self.rec.op_signatures):
+            self.diverged = f"the step ran {self.op_index} ops, the recording {len(self.rec.op_signatures)}"
+        if self.diverged is None and self.pack_index != len(self.rec.saves):
+            self.diverged = f"the step saved {self.pack_index} tensors, the recording {len(self.rec.saves)}"
+        return self.diverged
+
+
+class Budget:
+    """Trains `model` with `optimizer` in at most `budget` bytes of memory, by Ferry's plan.
+
+    budget: bytes (int) or a size ('2GiB', '512MiB'): the memory of parameters, gradients,
+        optimizer state and everything forward and backward hold, as Ferry's memory model counts it.
+    tier: 'host' (a host-memory region) or 'ssd' (files in `ssd_dir`, default /tmp) for swapped
+        tensors. device: the hardware profile whose transfer model the planner uses ('cpu-local').
+    """
+
+    def __init__(self, model, optimizer, budget, tier="host", ssd_dir=None, device="cpu-local"):
+        if tier not in ("host", "ssd"):
+            raise ValueError(f"tier must be 'host' or 'ssd', got {tier!r}")
+        if ssd_dir is not None and not os.path.isdir(ssd_dir):
+            raise ValueError(f"ssd_dir '{ssd_dir}' is not a directory")
+        self.model, self.optimizer = model, optimizer
+        self.budget_bytes = _budget_bytes(budget)
+        self.tier, self.ssd_dir, self.device = tier, ssd_dir or "", device
+        self._recording = None
+        self._grads = set()
+        self._plan = None
+        self._engine = None
+        self._steps = 0
+        self._events = []  # what happened, for report()
+
+    def _parameters(self):
+        return list(self.model.named_parameters())
+
+    @contextlib.contextmanager
+    def step(self):
+        """One training step's forward and backward (see the module doc)."""
+        params = self._parameters()
+        _check_no_grads(params)
+        if self._recording is not None and self._plan is None:
+            self._make_plan()
+        self._steps += 1
+        if self._plan is None:
+            yield from self._record_step(params)
+        elif not self._plan["actions"]:
+            yield  # the budget holds without moving anything: plain PyTorch
+        else:
+            yield from self._planned_step()
+
+    def _record_step(self, params):
+        recorder = Recorder(params)
+        with recorder:
+            yield
+        self._grads = recorder.finish(params)
+        self._recording = recorder.rec
+        self._events.append({"step": self._steps, "event": "recorded", "ops": len(recorder.rec.ops),
+                             "saved": len(recorder.rec.saves)})
+
+    def _planned_step(self):
+        executor = _Executor(self._recording, self._plan, self._engine)
+        try:
+            with executor:
+                yield
+        finally:
+            why = executor.finish()
+        if why is not None:
+            self._events.append({"step": self._steps, "event": "diverged", "why": why})
+            self._recording, self._plan = None, None  # record the next step afresh
+
+    def trace(self):
+        """The recorded iteration as a Ferry trace (dict), or None before the first step."""
+        if self._recording is None:
+            return None
+        return self._recording.trace(type(self.model).__name__, _optimizer_state(self.optimizer), self._grads)
+
+    def _make_plan(self):
+        rec = self._recording
+        graph = self.trace()
+        saved = [False] * len(graph["tensors"])
+        for tid in rec.saved_ids():
+            # Storages made in the step and then held only by autograd: data inputs and module
+            # buffers stay referenced by the caller, so moving them would free nothing.
+            if rec.tensors[tid]["role"] in ("activation", "gradient"):
+                saved[tid] = True
+        plan = _ferry.plan(json.dumps(graph), self.budget_bytes, self.tier, self.device, saved, False, "ferry")
+        if not plan["fits"]:
+            raise BudgetError(
+                f"ferry.torch: a budget of {_ferry.format_bytes(self.budget_bytes)} cannot hold this model's step: "
+                f"{plan['message']}; the smallest budget that fits is {_ferry.format_bytes(plan['min_budget_bytes'])} "
+                f"({plan['min_budget_bytes']} bytes)", plan["min_budget_bytes"])
+        self._plan = plan
+        moved = {tid for _, _, _, tid, _ in plan["actions"]}
+        tier_bytes = sum(rec.tensors[tid]["bytes"] for tid in moved)
+        if moved and self._engine is None or (self._engine and tier_bytes > self._engine_capacity):
+            # Each moved tensor has at most one copy per step: their sum always fits, whatever order.
+            self._engine = _ferry.Engine(self.tier, max(tier_bytes, 1 << 20) + 4096 * len(moved), self.ssd_dir)
+            self._engine_capacity = tier_bytes
+        self._events.append({"step": self._steps + 1, "event": "planned", "moved_tensors": len(moved),
+                             "predicted_ms": plan["predicted"]["iteration_ms"],
+                             "device_bytes": plan["device_bytes"]})
+
+    def report(self):
+        """A dict: the budget, the plan (predicted by Ferry's simulator) and what happened."""
+        out = {"budget_bytes": self.budget_bytes, "tier": self.tier, "steps": self._steps, "events": list(self._events)}
+        if self._plan is not None:
+            p = self._plan
+            out["plan"] = {"device_bytes": p["device_bytes"], "moved_tensors": p["swapped_tensors"],
+                           "predicted_ms": p["predicted"]["iteration_ms"],
+                           "predicted_unlimited_ms": p["unlimited"]["iteration_ms"],
+                           "unlimited_device_bytes": p["unlimited"]["peak_device_bytes"]}
+        if self._engine is not None:
+            out["transfers"] = self._engine.stats()
+        return out
+
+
+def record(model, inputs, path, loss_fn=None, optimizer=None):
+    """Records one forward and backward of `model` on `inputs` and writes it as a Ferry trace.
+
+    inputs: a tensor or a tuple of arguments for model(...). loss_fn(output) gives the loss
+    (default: the sum of the output). The model's gradients are left as they were (None). Returns
+    the trace (dict); `ferry analyze --trace PATH` and `ferry plan --trace PATH` read the file.
+    """
+    params = list(model.named_parameters())
+    _check_no_grads(params)
+    args = inputs if isinstance(inputs, tuple) else (inputs,)
+    recorder = Recorder(params)
+    with recorder:
+        out = model(*args)
+        loss = loss_fn(out) if loss_fn is not None else out.sum()
+        loss.backward()
+    grads = recorder.finish(params)
+    trace = recorder.rec.trace(type(model).__name__, _optimizer_state(optimizer), grads)
+    for _, p in params:
+        p.grad = None
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(trace, f)
+    os.replace(tmp, path)
+    return trace
