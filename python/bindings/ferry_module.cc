@@ -111,25 +111,31 @@ py::dict sim_summary(const SimResult& r) {
   return d;
 }
 
-// plan(trace_json, budget_bytes, tier, device, framework_saved, allow_recompute, policy) -> dict.
+// plan(trace_json, budget_bytes, tier, device, framework_saved, allow_recompute, policy,
+// op_scratch_bytes) -> dict.
 py::dict plan(const std::string& trace_json, uint64_t budget_bytes, const std::string& tier_name,
               const std::string& device, std::vector<bool> framework_saved, bool allow_recompute,
-              const std::string& policy) {
+              const std::string& policy, std::vector<uint64_t> op_scratch_bytes) {
   Graph g = value_or_raise(parse_trace(trace_json, "recorded iteration"));
   Tier tier = Tier::kHost;
   if (tier_name == "ssd") tier = Tier::kSsd;
   else if (tier_name != "host") throw py::value_error("tier must be 'host' or 'ssd', got '" + tier_name + "'");
   const CostModel cost(value_or_raise(load_profile(device)));
   py::dict out;
-  PlanContext unlimited{.graph = g, .cost = cost, .tier = tier};
+  if (!op_scratch_bytes.empty() && op_scratch_bytes.size() != g.ops.size())
+    throw py::value_error("op_scratch_bytes has " + std::to_string(op_scratch_bytes.size()) + " entries for " +
+                          std::to_string(g.ops.size()) + " ops");
+  PlanContext unlimited{.graph = g, .cost = cost, .tier = tier, .op_scratch_bytes = op_scratch_bytes};
   const PlanReport keep = value_or_raise(plan_policy("none", unlimited));
   SimOptions quiet;
   quiet.record_timeline = false;
+  quiet.op_scratch_bytes = op_scratch_bytes;
   const SimResult keep_sim = value_or_raise(simulate(g, keep.schedule, cost, quiet));
   out["unlimited"] = sim_summary(keep_sim);
   PlanContext ctx{.graph = g, .cost = cost, .budget_bytes = budget_bytes, .tier = tier};
   ctx.framework_saved = std::move(framework_saved);
   ctx.allow_recompute = allow_recompute;
+  ctx.op_scratch_bytes = op_scratch_bytes;
   ctx.name_smallest_budget = false;
   Result<PlanReport> r = plan_policy(policy, ctx);
   if (!r.ok() && r.status().code() == StatusCode::kOutOfMemory) {
@@ -142,6 +148,7 @@ py::dict plan(const std::string& trace_json, uint64_t budget_bytes, const std::s
   SimOptions so;
   so.budget_bytes = budget_bytes;
   so.record_timeline = false;
+  so.op_scratch_bytes = op_scratch_bytes;
   const SimResult sim = value_or_raise(simulate(g, r->schedule, cost, so));
   out["fits"] = true;
   out["policy"] = r->schedule.policy;
@@ -237,6 +244,7 @@ PYBIND11_MODULE(_ferry, m) {
   m.def("plan", &plan, py::arg("trace_json"), py::arg("budget_bytes"), py::arg("tier") = "host",
         py::arg("device") = "cpu-local", py::arg("framework_saved") = std::vector<bool>{},
         py::arg("allow_recompute") = false, py::arg("policy") = "ferry",
+        py::arg("op_scratch_bytes") = std::vector<uint64_t>{},
         "Plans a recorded iteration (Ferry trace JSON) for a device budget; returns a dict");
   m.def("parse_bytes", [](const std::string& text) {
     const BudgetSpec b = value_or_raise(parse_budget(text));

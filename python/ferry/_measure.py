@@ -40,13 +40,23 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 
-def allocator_deltas(fn, *args, **kwargs):
-    """Runs fn(*args, **kwargs) under the profiler; returns (result, [signed bytes of each allocator event, in time order])."""
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        result = fn(*args, **kwargs)
+def profiling():
+    """A context manager that records the allocator's events of the code it runs (deltas_of reads them)."""
+    return profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+
+
+def deltas_of(prof):
+    """[signed bytes of each allocator event, in time order] of a finished profiling()."""
     events = [e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"]
     events.sort(key=lambda e: e.start_us())  # stable: ties keep the collector's (nanosecond) order
-    return result, [e.nbytes() for e in events]
+    return [e.nbytes() for e in events]
+
+
+def allocator_deltas(fn, *args, **kwargs):
+    """Runs fn(*args, **kwargs) under the profiler; returns (result, [signed bytes of each allocator event, in time order])."""
+    with profiling() as prof:
+        result = fn(*args, **kwargs)
+    return result, deltas_of(prof)
 
 
 def peak_of_deltas(deltas):

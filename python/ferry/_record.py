@@ -25,6 +25,12 @@ Design
   nothing) are counted as forward; they are tiny and save nothing, so no plan depends on them.
 - Op times are the wall time of each aten call as this process ran it (measured, Python dispatch
   included), in microseconds.
+- Memory is measured too: the recording runs under PyTorch's profiler with its allocator events
+  (ferry._measure), and each op is bracketed by a `record_function` named after its index. An op's
+  scratch is what the allocator held at the op's highest point above its start level, beyond the
+  new storages it returned (oneDNN's reorders inside a convolution's backward, temporaries of
+  composite kernels); the planner gets it as the op's scratch. The step's measured peak (the
+  allocator's highest level above its start) is kept too.
 - Each pack is remembered in order (which graph tensor, at which op), and so is each op's name and
   output sizes: the executor (ferry/torch.py) follows the plan by these counters and notices when a
   later iteration differs.
@@ -32,8 +38,28 @@ Design
 import time
 
 import torch
+from torch.profiler import record_function
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
+
+from ferry import _measure
+
+
+def call_op(func, args, kwargs):
+    """func(*args, **kwargs) as a TorchDispatchMode must return it.
+
+    torch 1.13 turns a "wrapped number" result (the 0-dim double tensor PyTorch makes of a Python
+    scalar operand, e.g. the 0.5 of `x.mul_(0.5)`, which autograd saves and backward detaches) into
+    a Python number on its way back to Python; returned from __torch_dispatch__ it fails with
+    "detach returned invalid type float". It goes back as the 0-dim tensor it was (same dtype; as
+    an operand of the same value it computes the same numbers).
+    """
+    out = func(*args, **kwargs)
+    if isinstance(out, (bool, int, float, complex)) and len(func._schema.returns) == 1 \
+            and str(func._schema.returns[0].type) == "Tensor":
+        dtype = {bool: torch.bool, int: torch.int64, float: torch.float64, complex: torch.complex128}[type(out)]
+        out = torch.tensor(out, dtype=dtype)
+    return out
 
 
 def storage_key(t):
@@ -53,6 +79,8 @@ class Recording:
         self.unpacks = []        # per unpack, in order: graph tensor id
         self.num_forward = 0     # ops before the first unpack
         self.weight_ids = {}     # parameter storage pointer -> graph tensor id
+        self.op_scratch = []     # per op: measured bytes held inside the op beyond its new outputs
+        self.peak_increase_bytes = 0  # measured: the allocator's peak over its level at the start
 
     def new_tensor(self, name, role, nbytes):
         tid = len(self.tensors)
@@ -97,15 +125,53 @@ class Recorder(TorchDispatchMode):
         self._current = {}  # storage pointer -> graph tensor id of its latest version
         self._backward = False
         self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+        self._profiler = _measure.profiling()
+        self._new_bytes = []  # per op: bytes of the new storages it returned
 
     def __enter__(self):
+        self._profiler.__enter__()
         self._hooks.__enter__()
         return super().__enter__()
 
     def __exit__(self, *exc):
         out = super().__exit__(*exc)
         self._hooks.__exit__(*exc)
+        self._profiler.__exit__(*exc)
+        if exc[0] is None:
+            self._measure_memory()
         return out
+
+    def _measure_memory(self):
+        events = sorted(self._profiler.profiler.kineto_results.events(), key=lambda e: e.start_us())
+        level = peak = 0
+        spans = {}  # op index -> (start us, end us)
+        for e in events:
+            name = e.name()
+            if name.startswith("ferry#"):
+                spans[int(name[6:])] = (e.start_us(), e.start_us() + e.duration_us())
+        memory = [(e.start_us(), e.nbytes()) for e in events if e.name() == "[memory]"]
+        scratch = [0] * len(self.rec.ops)
+        k = 0
+        for index in range(len(self.rec.ops)):
+            if index not in spans:
+                continue
+            start, end = spans[index]
+            while k < len(memory) and memory[k][0] < start:
+                level += memory[k][1]
+                peak = max(peak, level)
+                k += 1
+            base = top = level
+            while k < len(memory) and memory[k][0] <= end:
+                level += memory[k][1]
+                top = max(top, level)
+                peak = max(peak, level)
+                k += 1
+            scratch[index] = max(0, top - base - self._new_bytes[index])
+        for _, delta in memory[k:]:
+            level += delta
+            peak = max(peak, level)
+        self.rec.op_scratch = scratch
+        self.rec.peak_increase_bytes = peak
 
     # -- storages -------------------------------------------------------------------------------
     def _lookup(self, t):
@@ -148,9 +214,10 @@ class Recorder(TorchDispatchMode):
             tid = self._lookup(a)
             if tid is not None and tid not in in_ids:
                 in_ids.append(tid)
-        start = time.perf_counter_ns()
-        out = func(*args, **kwargs)
-        time_us = (time.perf_counter_ns() - start) / 1e3
+        with record_function(f"ferry#{len(self.rec.ops)}"):
+            start = time.perf_counter_ns()
+            out = call_op(func, args, kwargs)
+            time_us = (time.perf_counter_ns() - start) / 1e3
         self._record(func, in_ids, out, time_us)
         return out
 
@@ -188,6 +255,7 @@ class Recorder(TorchDispatchMode):
             op["inplace"] = True
         self.rec.ops.append(op)
         self.rec.op_signatures.append((name, tuple(signature)))
+        self._new_bytes.append(sum(self.rec.tensors[t]["bytes"] for t in out_ids))
 
     def finish(self, parameters):
         """Marks the storages that ended as parameters' .grad as weight gradients; returns their ids."""

@@ -27,7 +27,8 @@ Design (docs/pytorch.md has the whole story)
 - When a step differs from the recording (another op, another size, more or fewer saves: a new
   shape or branch), the adapter stops acting for the rest of that step (tensors it holds stay
   valid; a handle not yet swapped in is loaded on demand) and records the next step afresh.
-- With a budget the plan meets without moving anything, no hook or mode is installed at all.
+- With a budget the plan meets without moving anything, only a pack hook runs, checking that the
+  step still saves what the recording did (a new shape is recorded and planned afresh).
 """
 import contextlib
 import json
@@ -36,8 +37,8 @@ import os
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ferry import _ferry
-from ferry._record import Recorder, storage_key
+from ferry import _ferry, _measure
+from ferry._record import Recorder, call_op, storage_key
 
 __all__ = ["Budget", "BudgetError", "record"]
 
@@ -190,7 +191,7 @@ class _Executor(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if self._quiet:
-            return func(*args, **(kwargs or {}))
+            return call_op(func, args, kwargs or {})
         i = self.op_index
         self.op_index += 1
         if self.diverged is None:
@@ -203,7 +204,7 @@ class _Executor(TorchDispatchMode):
                               f"{self.rec.op_signatures[i][0] if i < len(self.rec.op_signatures) else 'no more ops'}")
             else:
                 self._act(self.before.get(i, ()))
-        return func(*args, **(kwargs or {}))
+        return call_op(func, args, kwargs or {})
 
     def _act(self, actions):
         try:
@@ -291,9 +292,11 @@ class Budget:
         optimizer state and everything forward and backward hold, as Ferry's memory model counts it.
     tier: 'host' (a host-memory region) or 'ssd' (files in `ssd_dir`, default /tmp) for swapped
         tensors. device: the hardware profile whose transfer model the planner uses ('cpu-local').
+    measure: measure every step's peak with PyTorch's allocator events (ferry._measure; slow:
+        the profiler records every allocation): report()["events"] and last_measured_peak_bytes.
     """
 
-    def __init__(self, model, optimizer, budget, tier="host", ssd_dir=None, device="cpu-local"):
+    def __init__(self, model, optimizer, budget, tier="host", ssd_dir=None, device="cpu-local", measure=False):
         if tier not in ("host", "ssd"):
             raise ValueError(f"tier must be 'host' or 'ssd', got {tier!r}")
         if ssd_dir is not None and not os.path.isdir(ssd_dir):
@@ -307,6 +310,8 @@ class Budget:
         self._engine = None
         self._steps = 0
         self._events = []  # what happened, for report()
+        self.measure = measure
+        self.last_measured_peak_bytes = None
 
     def _parameters(self):
         return list(self.model.named_parameters())
@@ -319,12 +324,34 @@ class Budget:
         if self._recording is not None and self._plan is None:
             self._make_plan()
         self._steps += 1
+        with self._measured():
+            if self._plan is None:
+                yield from self._record_step(params)
+            elif not self._plan["actions"]:
+                yield from self._watched_step()
+            else:
+                yield from self._planned_step()
+
+    @contextlib.contextmanager
+    def _measured(self):
+        """With measure: the step's peak, persistent bytes at the start + the allocator's peak increase.
+
+        A recording step measures itself (the recorder runs the profiler): its figure is taken from there.
+        """
+        if not self.measure:
+            yield
+            return
+        start_bytes = _measure.storage_bytes(_measure.persistent_tensors(self.model, self.optimizer))
         if self._plan is None:
-            yield from self._record_step(params)
-        elif not self._plan["actions"]:
-            yield  # the budget holds without moving anything: plain PyTorch
+            yield
+            increase = self._recording.peak_increase_bytes
         else:
-            yield from self._planned_step()
+            with _measure.profiling() as prof:
+                yield
+            increase = _measure.peak_of_deltas(_measure.deltas_of(prof))
+        self.last_measured_peak_bytes = start_bytes + increase
+        self._events.append({"step": self._steps, "event": "measured",
+                             "measured_peak_bytes": self.last_measured_peak_bytes})
 
     def _record_step(self, params):
         recorder = Recorder(params)
@@ -335,6 +362,33 @@ class Budget:
         self._events.append({"step": self._steps, "event": "recorded", "ops": len(recorder.rec.ops),
                              "saved": len(recorder.rec.saves)})
 
+    def _watched_step(self):
+        """A plan that moves nothing: plain PyTorch, with a pack hook that checks the saves still
+        match the recording (a new shape may not fit the budget, so it is recorded and planned)."""
+        saves = self._recording.saves
+        tensors = self._recording.tensors
+        state = {"index": 0, "why": None}
+
+        def pack(t):
+            k = state["index"]
+            state["index"] += 1
+            if state["why"] is None:
+                nbytes = storage_key(t)[1]
+                if k >= len(saves) or (nbytes and nbytes != tensors[saves[k][0]]["bytes"]):
+                    state["why"] = f"save {k} ({nbytes} bytes) differs from the recording"
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            yield
+        if state["why"] is None and state["index"] != len(saves):
+            state["why"] = f"the step saved {state['index']} tensors, the recording {len(saves)}"
+        self._end_step(state["why"])
+
+    def _end_step(self, why):
+        if why is not None:
+            self._events.append({"step": self._steps, "event": "diverged", "why": why})
+            self._recording, self._plan = None, None  # record the next step afresh
+
     def _planned_step(self):
         executor = _Executor(self._recording, self._plan, self._engine)
         try:
@@ -342,9 +396,21 @@ class Budget:
                 yield
         finally:
             why = executor.finish()
-        if why is not None:
-            self._events.append({"step": self._steps, "event": "diverged", "why": why})
-            self._recording, self._plan = None, None  # record the next step afresh
+        self._end_step(why)
+
+    def set_budget(self, budget):
+        """Changes the budget; the next step is planned for it (from the same recording)."""
+        self.budget_bytes = _budget_bytes(budget)
+        self._plan = None
+
+    def limits(self):
+        """After the first step: {'unlimited_bytes': what the step needs with nothing moved,
+        'min_budget_bytes': the smallest budget a plan fits} (Ferry's memory model, predicted)."""
+        if self._recording is None:
+            raise RuntimeError("limits() needs a recorded step: run one trainer.step() first")
+        probe = self._plan_for(1)
+        return {"unlimited_bytes": probe["unlimited"]["peak_device_bytes"],
+                "min_budget_bytes": probe["min_budget_bytes"]}
 
     def trace(self):
         """The recorded iteration as a Ferry trace (dict), or None before the first step."""
@@ -352,7 +418,7 @@ class Budget:
             return None
         return self._recording.trace(type(self.model).__name__, _optimizer_state(self.optimizer), self._grads)
 
-    def _make_plan(self):
+    def _plan_for(self, budget_bytes):
         rec = self._recording
         graph = self.trace()
         saved = [False] * len(graph["tensors"])
@@ -361,7 +427,12 @@ class Budget:
             # buffers stay referenced by the caller, so moving them would free nothing.
             if rec.tensors[tid]["role"] in ("activation", "gradient"):
                 saved[tid] = True
-        plan = _ferry.plan(json.dumps(graph), self.budget_bytes, self.tier, self.device, saved, False, "ferry")
+        scratch = list(rec.op_scratch) + [0] * (len(graph["ops"]) - len(rec.op_scratch))
+        return _ferry.plan(json.dumps(graph), budget_bytes, self.tier, self.device, saved, False, "ferry", scratch)
+
+    def _make_plan(self):
+        rec = self._recording
+        plan = self._plan_for(self.budget_bytes)
         if not plan["fits"]:
             raise BudgetError(
                 f"ferry.torch: a budget of {_ferry.format_bytes(self.budget_bytes)} cannot hold this model's step: "
@@ -398,6 +469,8 @@ def record(model, inputs, path, loss_fn=None, optimizer=None):
     inputs: a tensor or a tuple of arguments for model(...). loss_fn(output) gives the loss
     (default: the sum of the output). The model's gradients are left as they were (None). Returns
     the trace (dict); `ferry analyze --trace PATH` and `ferry plan --trace PATH` read the file.
+    Measured figures ride along as extensions Ferry's reader ignores: `x_measured_peak_bytes` (the
+    step's peak from PyTorch's allocator) and, per op, `x_scratch_bytes`.
     """
     params = list(model.named_parameters())
     _check_no_grads(params)
@@ -409,6 +482,15 @@ def record(model, inputs, path, loss_fn=None, optimizer=None):
         loss.backward()
     grads = recorder.finish(params)
     trace = recorder.rec.trace(type(model).__name__, _optimizer_state(optimizer), grads)
+    # Measured by the recorder, for people and tools; Ferry's reader ignores x_ fields. The step's
+    # peak counts what existed before it (parameters, buffers, inputs, optimizer state) plus the
+    # allocator's highest level above that during the step.
+    before = [p for _, p in params] + list(model.buffers()) + [a for a in args if isinstance(a, torch.Tensor)]
+    before += _measure.optimizer_state_tensors(optimizer) if optimizer is not None else []
+    trace["x_measured_peak_bytes"] = _measure.storage_bytes(before) + recorder.rec.peak_increase_bytes
+    for op, scratch in zip(trace["ops"], recorder.rec.op_scratch):
+        if scratch:
+            op["x_scratch_bytes"] = scratch
     for _, p in params:
         p.grad = None
     tmp = f"{path}.tmp{os.getpid()}"

@@ -1,0 +1,178 @@
+"""ferry.torch: training under a budget gives plain PyTorch's numbers, within the budget it measures.
+
+Each case trains a fresh model twice from the same seed on the same batches: plainly, and through
+ft.Budget with a budget between the smallest one a plan fits and what the step needs unplanned
+(both from Ferry's model of the recorded step). After the steps, weights, gradients and buffers
+must be bitwise equal, the plan must really have moved tensors (or the comparison proves
+nothing), and every planned step's peak, measured from PyTorch's allocator events, must be within
+the budget.
+"""
+import json
+import os
+import subprocess
+
+import pytest
+import torch
+
+import ferry.torch as ft
+from models import CASES, assert_bitwise_equal, bitwise_differences, train_steps
+
+STEPS = 4
+
+
+def ferry_steps(model, optimizer, batches, loss_fn, trainer, budget_of=None):
+    """train_steps through `trainer`; after the first (recorded) step, budget_of(limits) sets the budget."""
+    losses = []
+    for i, (inputs, targets) in enumerate(batches):
+        optimizer.zero_grad(set_to_none=True)
+        with trainer.step():
+            loss = loss_fn(model(inputs), targets)
+            loss.backward()
+        optimizer.step()
+        losses.append(loss.detach())
+        if i == 0 and budget_of is not None:
+            trainer.set_budget(budget_of(trainer.limits()))
+    optimizer.zero_grad(set_to_none=True)
+    return losses
+
+
+def plain_run(case, batches):
+    model = case.build(0)
+    optimizer = case.optimizer(model)
+    losses = train_steps(model, optimizer, batches, case.loss_fn)
+    optimizer.zero_grad(set_to_none=True)
+    return model, losses
+
+
+@pytest.mark.parametrize("tier", ["host", "ssd"])
+@pytest.mark.parametrize("name", ["resnet18", "transformer", "quirky"])
+def test_bitwise_identical_and_within_budget(name, tier, tmp_path):
+    case = CASES[name]
+    batches = case.batches(STEPS)
+    reference, ref_losses = plain_run(case, batches)
+
+    model = case.build(0)
+    optimizer = case.optimizer(model)
+    trainer = ft.Budget(model, optimizer, budget="1TiB", tier=tier, ssd_dir=str(tmp_path), measure=True)
+    seen = {}
+
+    def budget_of(limits):
+        seen.update(limits)
+        assert limits["min_budget_bytes"] < limits["unlimited_bytes"], limits
+        return limits["min_budget_bytes"] + (limits["unlimited_bytes"] - limits["min_budget_bytes"]) // 3
+
+    losses = ferry_steps(model, optimizer, batches, case.loss_fn, trainer, budget_of)
+    report = trainer.report()
+    assert [e["event"] for e in report["events"] if e["event"] in ("diverged", "recorded")] == ["recorded"], report
+    assert report["plan"]["moved_tensors"] > 0, report
+    assert report["transfers"]["swap_outs"] >= report["plan"]["moved_tensors"], report
+    assert report["transfers"]["bytes_in"] == report["transfers"]["bytes_out"], report
+    measured = [e["measured_peak_bytes"] for e in report["events"] if e["event"] == "measured"][1:]
+    assert len(measured) == STEPS - 1
+    for peak in measured:
+        assert peak <= trainer.budget_bytes, (
+            f"measured peak {peak} exceeds the budget {trainer.budget_bytes} (limits {seen}, plan {report['plan']})")
+    assert all(torch.equal(a, b) for a, b in zip(losses, ref_losses))
+    assert_bitwise_equal(model, reference)
+
+
+def test_comparison_can_fail():
+    """The bitwise check notices a one-ulp change in one weight."""
+    case = CASES["quirky"]
+    a, b = case.build(0), case.build(0)
+    assert bitwise_differences(a, b) == []
+    with torch.no_grad():
+        p = next(b.parameters())
+        p.view(-1)[0] = torch.nextafter(p.view(-1)[0], torch.tensor(float("inf")))
+    assert bitwise_differences(a, b) != []
+
+
+def test_budget_below_the_smallest_names_it():
+    case = CASES["quirky"]
+    batches = case.batches(2)
+    model = case.build(0)
+    optimizer = case.optimizer(model)
+    trainer = ft.Budget(model, optimizer, budget="1TiB")
+    ferry_steps(model, optimizer, batches[:1], case.loss_fn, trainer)
+    smallest = trainer.limits()["min_budget_bytes"]
+    trainer.set_budget(smallest - 64)
+    with pytest.raises(ft.BudgetError) as err:
+        with trainer.step():
+            pass
+    assert err.value.min_budget_bytes == smallest
+    assert f"({smallest} bytes)" in str(err.value)
+    trainer.set_budget(smallest)  # the smallest fits
+    ferry_steps(model, optimizer, batches[1:], case.loss_fn, trainer)
+
+
+def test_shape_change_rerecords_and_keeps_the_numbers():
+    case = CASES["resnet18"]
+    small = [case.batch(s) for s in range(3)]
+    big = [tuple(t.repeat(2, *([1] * (t.dim() - 1))) for t in case.batch(s)) for s in range(3, 6)]
+    batches = small + big
+    reference, _ = plain_run(case, batches)
+    model = case.build(0)
+    optimizer = case.optimizer(model)
+    trainer = ft.Budget(model, optimizer, budget="1TiB")
+    limits = {}
+
+    def budget_of(lim):
+        limits.update(lim)
+        return lim["min_budget_bytes"] + (lim["unlimited_bytes"] - lim["min_budget_bytes"]) // 2
+
+    ferry_steps(model, optimizer, small, case.loss_fn, trainer, budget_of)
+    trainer.set_budget(limits["unlimited_bytes"] * 4)  # room for the doubled batch
+    ferry_steps(model, optimizer, big, case.loss_fn, trainer)
+    events = [e["event"] for e in trainer.report()["events"]]
+    assert events.count("recorded") == 2, events
+    assert_bitwise_equal(model, reference)
+
+
+def test_existing_gradients_are_refused_with_the_remedy():
+    case = CASES["quirky"]
+    model = case.build(0)
+    optimizer = case.optimizer(model)
+    inputs, targets = case.batch(0)
+    case.loss_fn(model(inputs), targets).backward()
+    trainer = ft.Budget(model, optimizer, budget="1GiB")
+    with pytest.raises(ValueError, match="zero_grad\\(set_to_none=True\\)"):
+        with trainer.step():
+            pass
+
+
+@pytest.mark.parametrize("bad", [0, -5, "lots", 1.5, True])
+def test_bad_budgets(bad):
+    model = CASES["quirky"].build(0)
+    with pytest.raises((ValueError, TypeError)):
+        ft.Budget(model, torch.optim.SGD(model.parameters(), lr=0.1), budget=bad)
+
+
+def test_no_pressure_installs_nothing():
+    case = CASES["quirky"]
+    batches = case.batches(3)
+    reference, _ = plain_run(case, batches)
+    model = case.build(0)
+    optimizer = case.optimizer(model)
+    trainer = ft.Budget(model, optimizer, budget="1TiB")
+    ferry_steps(model, optimizer, batches, case.loss_fn, trainer)
+    report = trainer.report()
+    assert report["plan"]["moved_tensors"] == 0 and "transfers" not in report, report
+    assert_bitwise_equal(model, reference)
+
+
+def test_recorded_trace_round_trips_through_ferry_analyze(tmp_path):
+    """ft.record writes a trace `ferry analyze` reads; its peak (predicted by Ferry's memory model)
+    is within 2% of the step's peak measured from PyTorch's allocator (which the trace does not use)."""
+    case = CASES["resnet18"]
+    model = case.build(0)
+    inputs, targets = case.batch(0)
+    path = tmp_path / "resnet18.trace.json"
+    trace = ft.record(model, inputs, str(path), loss_fn=lambda out: case.loss_fn(out, targets))
+    assert all(p.grad is None for p in model.parameters())
+    measured = trace["x_measured_peak_bytes"]
+    out = subprocess.run([os.environ["FERRY_BINARY"], "analyze", "--trace", str(path), "--json"],
+                         capture_output=True, text=True, check=True)
+    analysis = json.loads(out.stdout)
+    predicted = analysis["peak_bytes_free_at_last_use"]
+    assert len(trace["ops"]) == analysis["ops"]
+    assert abs(predicted - measured) <= 0.02 * measured, (predicted, measured)
