@@ -62,8 +62,18 @@ def call_op(func, args, kwargs):
     return out
 
 
+class Unsupported(RuntimeError):
+    """A PyTorch feature ferry.torch does not handle (the message names it)."""
+
+
 def storage_key(t):
-    """(data pointer, bytes) of a tensor's storage; bytes 0 for an empty one."""
+    """(data pointer, bytes) of a tensor's storage; bytes 0 for an empty one. Dense CPU tensors only:
+    their storages are what the adapter measures and moves."""
+    if t.device.type != "cpu":
+        raise Unsupported(f"ferry.torch runs on the CPU only; a tensor is on '{t.device}'")
+    if t.layout != torch.strided or t.is_quantized:
+        raise Unsupported(f"ferry.torch handles dense tensors only; a tensor has layout {t.layout}"
+                          f"{' (quantized)' if t.is_quantized else ''}")
     s = t.storage()
     return s.data_ptr(), s.nbytes()
 

@@ -38,9 +38,9 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from ferry import _ferry, _measure
-from ferry._record import Recorder, call_op, storage_key
+from ferry._record import Recorder, Unsupported, call_op, storage_key
 
-__all__ = ["Budget", "BudgetError", "record"]
+__all__ = ["Budget", "BudgetError", "Unsupported", "record"]
 
 
 class BudgetError(MemoryError):
@@ -136,6 +136,7 @@ class _Executor(TorchDispatchMode):
         self.pack_index = 0
         self.diverged = None  # why the step left the recording, or None
         self._quiet = 0       # > 0 while the adapter runs its own ops (not the model's)
+        self.finished = False
         self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
 
     def __enter__(self):
@@ -251,6 +252,9 @@ class _Executor(TorchDispatchMode):
             return self._unpack_quiet(packed)
 
     def _unpack_quiet(self, packed):
+        if self.finished:
+            raise Unsupported("ferry.torch: a saved tensor was read after its step ended (a graph kept with "
+                              "retain_graph=True and run again in a later step is not supported)")
         slot = packed.slot
         if slot.held is not None:
             data = slot.held
@@ -275,6 +279,7 @@ class _Executor(TorchDispatchMode):
         """Waits for every transfer and drops every copy; returns why the step diverged, or None."""
         if self.diverged is None:
             self._act(self.after.get(self.op_index - 1, ()))
+        self.finished = True
         self.engine.drain()
         for slot in self.slots.values():
             self.engine.discard(slot.tid)
@@ -301,6 +306,8 @@ class Budget:
             raise ValueError(f"tier must be 'host' or 'ssd', got {tier!r}")
         if ssd_dir is not None and not os.path.isdir(ssd_dir):
             raise ValueError(f"ssd_dir '{ssd_dir}' is not a directory")
+        for name, p in model.named_parameters():
+            storage_key(p)  # Unsupported names a parameter that is not a dense CPU tensor
         self.model, self.optimizer = model, optimizer
         self.budget_bytes = _budget_bytes(budget)
         self.tier, self.ssd_dir, self.device = tier, ssd_dir or "", device

@@ -176,3 +176,26 @@ def test_recorded_trace_round_trips_through_ferry_analyze(tmp_path):
     predicted = analysis["peak_bytes_free_at_last_use"]
     assert len(trace["ops"]) == analysis["ops"]
     assert abs(predicted - measured) <= 0.02 * measured, (predicted, measured)
+
+
+def test_unsupported_tensors_are_named():
+    model = torch.nn.Linear(4, 4)
+    model.weight = torch.nn.Parameter(torch.randn(4, 4).to_sparse())
+    with pytest.raises(ft.Unsupported, match="dense tensors only"):
+        ft.Budget(model, torch.optim.SGD(model.parameters(), lr=0.1), budget="1GiB")
+
+
+def test_graph_kept_past_its_step_is_refused():
+    case = CASES["resnet18"]
+    model = case.build(0)
+    optimizer = case.optimizer(model)
+    trainer = ft.Budget(model, optimizer, budget="1TiB")
+    batches = case.batches(3)
+    ferry_steps(model, optimizer, batches[:1], case.loss_fn, trainer,
+                lambda lim: lim["min_budget_bytes"] + (lim["unlimited_bytes"] - lim["min_budget_bytes"]) // 3)
+    inputs, targets = batches[1]
+    with trainer.step():
+        loss = case.loss_fn(model(inputs), targets)
+        loss.backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="retain_graph=True and run again in a later step is not supported"):
+        loss.backward()
