@@ -40,6 +40,7 @@ import time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 RESNET50_PARAMS = 25_557_032
 GPT2_SMALL_PARAMS = 124_439_808
@@ -171,11 +172,12 @@ class Gpt2(nn.Module):
         self.wte.weight.data.normal_(0.0, 0.02)
         self.wpe.weight.data.normal_(0.0, 0.02)
 
-    def forward(self, ids):
+    def forward(self, ids, checkpoint_blocks=False):
+        """Logits; with checkpoint_blocks, each block runs under torch.utils.checkpoint (non-reentrant)."""
         positions = torch.arange(ids.shape[1], device=ids.device)
         x = self.drop(self.wte(ids) + self.wpe(positions))
         for block in self.h:
-            x = block(x)
+            x = checkpoint(block, x, use_reentrant=False) if checkpoint_blocks else block(x)
         return F.linear(self.ln_f(x), self.wte.weight)  # LM head tied to the word embedding
 
     def extra_forward_macs(self, ids):
@@ -183,6 +185,31 @@ class Gpt2(nn.Module):
         head_dim = self.hidden // self.heads
         attention = 2 * batch * self.heads * seq * seq * head_dim  # q k^T and probs v, full T x T
         return self.layers * attention + batch * seq * self.hidden * self.vocab  # + tied LM head
+
+
+# ------------------------------------------------------------------------------------------------
+# torch.utils.checkpoint baselines (what a PyTorch user would write to save memory)
+
+def checkpointed_forward(model, inputs):
+    """The model's forward under torch.utils.checkpoint (non-reentrant), segmented as a user would.
+
+    - ResNets (torchvision layout, or ResNet50 above): the children [stem, layer1, layer2, layer3,
+      layer4] in 5 segments as checkpoint_sequential cuts them: the first four checkpointed, the
+      last (layer4) and the head run plainly, since backward needs them at once.
+    - Gpt2: each block checkpointed (the embeddings, final norm and tied head run plainly).
+    Not torch 1.13's checkpoint_sequential itself: it is reentrant only, and a reentrant checkpoint
+    whose input does not require grad (the image) returns an output that does not either, so every
+    checkpointed segment's parameters get no gradient (a warning, then silently wrong training).
+    """
+    if isinstance(model, Gpt2):
+        return model(inputs, checkpoint_blocks=True)
+    if all(hasattr(model, name) for name in ("conv1", "bn1", "relu", "maxpool", "layer4", "avgpool", "fc")):
+        stem = lambda x: model.maxpool(model.relu(model.bn1(model.conv1(x))))
+        x = inputs
+        for segment in (stem, model.layer1, model.layer2, model.layer3):
+            x = checkpoint(segment, x, use_reentrant=False)
+        return model.fc(torch.flatten(model.avgpool(model.layer4(x)), 1))
+    raise ValueError(f"checkpointed_forward: no segmenting for {type(model).__name__} (ResNets and Gpt2 only)")
 
 
 # ------------------------------------------------------------------------------------------------
