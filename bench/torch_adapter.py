@@ -341,7 +341,8 @@ def run_driver(a):
     minutes = (time.time() - started) / 60
     header = [
         f"# ferry.torch vs PyTorch's memory savers ({datetime.date.today().isoformat()}, measured)", "",
-        f"Command: `bench/torch_adapter.sh {' '.join(a.argv)}`. {cpu_model()}, {os.cpu_count()} cores; "
+        f"Command: `OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', '(unset)')} bench/torch_adapter.py "
+        f"{' '.join(a.argv)}`. {cpu_model()}, {os.cpu_count()} cores; "
         f"load average (1/5/15 min) {load_start[0]:.2f}/{load_start[1]:.2f}/{load_start[2]:.2f} at the start, "
         f"{load_end[0]:.2f}/{load_end[1]:.2f}/{load_end[2]:.2f} at the end; {minutes:.1f} minutes. "
         f"A load average above ~0.5 before the start means other work shared the two cores with these "
