@@ -214,11 +214,16 @@ def run_one(a, case, method, budget=None):
     """Runs one worker; returns its JSON object, or {"failed": reason}."""
     cmd = worker_command(a, case, method, budget)
     print(f"  {case} {method}" + (f" budget {budget:,} B" if budget else "") + " ...", file=sys.stderr, flush=True)
-    done = subprocess.run(cmd, capture_output=True, text=True, env=ferry_env(a), timeout=a.worker_timeout_s)
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, env=ferry_env(a), timeout=a.worker_timeout_s)
+    except subprocess.TimeoutExpired:
+        return {"case": case, "method": method, "budget_bytes": budget,
+                "failed": f"no result within --worker-timeout-s {a.worker_timeout_s}"}
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
         tail = [line for line in done.stderr.strip().splitlines() if line.strip()][-1:] or ["no output"]
-        return {"case": case, "method": method, "failed": f"exit {done.returncode}: {tail[0][:300]}"}
+        return {"case": case, "method": method, "budget_bytes": budget,
+                "failed": f"exit {done.returncode}: {tail[0][:300]}"}
     return json.loads(lines[-1])
 
 
