@@ -2,8 +2,8 @@
 //
 // - plan(): a recorded iteration (a Ferry trace, JSON text) and a budget in, a Schedule out (as a
 //   list of actions), made by Ferry's planner restricted to what the adapter can do (free only the
-//   tensors autograd saved, between forward and backward; swaps only, PlanContext::framework_saved
-//   and allow_recompute), with the simulator's predicted times and the tiers' needs. An infeasible
+//   tensors autograd saved, between forward and backward; recomputation only of ops it can replay:
+//   PlanContext::framework_saved, allow_recompute, replayable_ops), with the simulator's predicted times and the tiers' needs. An infeasible
 //   budget is a result, not an exception, carrying the smallest budget that fits.
 // - Engine: a swap tier (host region or SSD files) and Ferry's TransferEngine, moving bytes
 //   between PyTorch's CPU tensors (raw addresses) and the tier on the engine's two threads. On the
@@ -112,10 +112,10 @@ py::dict sim_summary(const SimResult& r) {
 }
 
 // plan(trace_json, budget_bytes, tier, device, framework_saved, allow_recompute, policy,
-// op_scratch_bytes) -> dict.
+// op_scratch_bytes, replayable_ops) -> dict.
 py::dict plan(const std::string& trace_json, uint64_t budget_bytes, const std::string& tier_name,
               const std::string& device, std::vector<bool> framework_saved, bool allow_recompute,
-              const std::string& policy, std::vector<uint64_t> op_scratch_bytes) {
+              const std::string& policy, std::vector<uint64_t> op_scratch_bytes, std::vector<bool> replayable_ops) {
   Graph g = value_or_raise(parse_trace(trace_json, "recorded iteration"));
   Tier tier = Tier::kHost;
   if (tier_name == "ssd") tier = Tier::kSsd;
@@ -132,10 +132,12 @@ py::dict plan(const std::string& trace_json, uint64_t budget_bytes, const std::s
   quiet.op_scratch_bytes = op_scratch_bytes;
   const SimResult keep_sim = value_or_raise(simulate(g, keep.schedule, cost, quiet));
   out["unlimited"] = sim_summary(keep_sim);
+  out["unlimited"]["device_bytes"] = keep.device_bytes;  // the planners' measure of the keep plan
   PlanContext ctx{.graph = g, .cost = cost, .budget_bytes = budget_bytes, .tier = tier};
   ctx.framework_saved = std::move(framework_saved);
   ctx.allow_recompute = allow_recompute;
   ctx.op_scratch_bytes = op_scratch_bytes;
+  ctx.replayable_ops = std::move(replayable_ops);
   ctx.name_smallest_budget = false;
   Result<PlanReport> r = plan_policy(policy, ctx);
   if (!r.ok() && r.status().code() == StatusCode::kOutOfMemory) {
@@ -244,7 +246,7 @@ PYBIND11_MODULE(_ferry, m) {
   m.def("plan", &plan, py::arg("trace_json"), py::arg("budget_bytes"), py::arg("tier") = "host",
         py::arg("device") = "cpu-local", py::arg("framework_saved") = std::vector<bool>{},
         py::arg("allow_recompute") = false, py::arg("policy") = "ferry",
-        py::arg("op_scratch_bytes") = std::vector<uint64_t>{},
+        py::arg("op_scratch_bytes") = std::vector<uint64_t>{}, py::arg("replayable_ops") = std::vector<bool>{},
         "Plans a recorded iteration (Ferry trace JSON) for a device budget; returns a dict");
   m.def("parse_bytes", [](const std::string& text) {
     const BudgetSpec b = value_or_raise(parse_budget(text));

@@ -66,6 +66,20 @@ class Unsupported(RuntimeError):
     """A PyTorch feature ferry.torch does not handle (the message names it)."""
 
 
+_RANDOM = ("dropout", "bernoulli", "rand", "normal", "uniform", "multinomial", "exponential", "geometric",
+           "cauchy", "poisson")
+
+
+def _replayable_kind(func):
+    """Whether an aten op is a pure function of its arguments (see Recording.replayable)."""
+    schema = func._schema
+    if any(a.alias_info is not None and a.alias_info.is_write for a in schema.arguments):
+        return False
+    if any(r.alias_info is not None for r in schema.returns):
+        return False
+    return not any(word in schema.name for word in _RANDOM)
+
+
 def storage_key(t):
     """(data pointer, bytes) of a tensor's storage; bytes 0 for an empty one. Dense CPU tensors only:
     their storages are what the adapter measures and moves."""
@@ -90,6 +104,9 @@ class Recording:
         self.num_forward = 0     # ops before the first unpack
         self.weight_ids = {}     # parameter storage pointer -> graph tensor id
         self.op_scratch = []     # per op: measured bytes held inside the op beyond its new outputs
+        self.op_new_outputs = [] # per op: (index in the flattened outputs, graph id) of each new tensor
+        self.op_replayable = []  # per op: running it again recomputes its outputs (see replayable())
+        self.superseded = set()  # graph ids whose storage a later in-place op overwrote
         self.peak_increase_bytes = 0  # measured: the allocator's peak over its level at the start
 
     def new_tensor(self, name, role, nbytes):
@@ -99,6 +116,17 @@ class Recording:
 
     def saved_ids(self):
         return {tid for tid, _ in self.saves}
+
+    def replayable(self):
+        """Per op: whether the executor may run it again to recompute its outputs. Not an op that
+        writes any argument (in-place, out=, batch norm's running statistics), returns a view, draws
+        random numbers, or reads or writes a storage that an in-place op overwrites later (the bytes
+        a replay would read are gone)."""
+        out = []
+        for op, ok in zip(self.ops, self.op_replayable):
+            touched = set(op["inputs"]) | set(op["outputs"])
+            out.append(ok and not (touched & self.superseded))
+        return out
 
     def trace(self, model_name, optimizer_state=(), persistent_grads=()):
         """The iteration as a Ferry trace (dict, format v1), with one update op for the optimizer.
@@ -220,10 +248,13 @@ class Recorder(TorchDispatchMode):
         kwargs = kwargs or {}
         inputs = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
         in_ids = []
+        self._input_ptrs = set()
         for a in inputs:
             tid = self._lookup(a)
             if tid is not None and tid not in in_ids:
                 in_ids.append(tid)
+            if tid is not None:
+                self._input_ptrs.add(storage_key(a)[0])
         with record_function(f"ferry#{len(self.rec.ops)}"):
             start = time.perf_counter_ns()
             out = call_op(func, args, kwargs)
@@ -237,7 +268,7 @@ class Recorder(TorchDispatchMode):
         phase = "backward" if self._backward else "forward"
         outs = tree_flatten(out)[0]
         returns = func._schema.returns
-        out_ids, signature, inplace = [], [], False
+        out_ids, signature, inplace, new_positions = [], [], False, []
         for k, o in enumerate(outs):
             if not isinstance(o, torch.Tensor):
                 continue
@@ -248,23 +279,29 @@ class Recorder(TorchDispatchMode):
             alias = returns[k].alias_info if k < len(returns) else None
             if alias is not None and not alias.is_write:
                 continue  # a view: same storage, same graph tensor
+            if alias is None and ptr in self._input_ptrs:
+                continue  # a view the schema does not declare (_unsafe_view): same storage
             old = self._current.get(ptr) if alias is not None else None
             role = "gradient" if self._backward else "activation"
             tid = self.rec.new_tensor(f"{name}#{index}.{k}", role, nbytes)
             if old is not None:
                 # In-place: the old version is read and (if it is the first input) overwritten.
+                self.rec.superseded.add(old)
                 if old not in in_ids:
                     in_ids.append(old)
                 if in_ids[0] == old and not out_ids:
                     inplace = True
             self._current[ptr] = tid
             out_ids.append(tid)
+            new_positions.append(k)
         op = {"name": f"{name}#{index}", "type": "opaque", "phase": phase, "inputs": in_ids, "outputs": out_ids,
               "time_us": time_us}
         if inplace:
             op["inplace"] = True
         self.rec.ops.append(op)
         self.rec.op_signatures.append((name, tuple(signature)))
+        self.rec.op_new_outputs.append([(k, t) for k, t in zip(new_positions, out_ids)])
+        self.rec.op_replayable.append(_replayable_kind(func))
         self._new_bytes.append(sum(self.rec.tensors[t]["bytes"] for t in out_ids))
 
     def finish(self, parameters):

@@ -36,6 +36,7 @@ import os
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from ferry import _ferry, _measure
 from ferry._record import Recorder, Unsupported, call_op, storage_key
@@ -94,7 +95,7 @@ class _Slot:
     """One graph tensor the plan moves: its storage while held, its copy's tickets, its buffer."""
 
     __slots__ = ("tid", "nbytes", "held", "out_ticket", "out_pending", "buffer", "in_ticket", "unpacks_left",
-                 "released", "loads")
+                 "released", "loads", "recomputed")
 
     def __init__(self, tid, nbytes, unpacks):
         self.tid, self.nbytes, self.unpacks_left = tid, nbytes, unpacks
@@ -105,6 +106,7 @@ class _Slot:
         self.in_ticket = 0
         self.released = False
         self.loads = 0          # swap-ins issued this step
+        self.recomputed = None  # the recomputed tensor whose storage holds the bytes again
 
 
 class _Packed:
@@ -132,6 +134,23 @@ class _Executor(TorchDispatchMode):
             unpacks[tid] = unpacks.get(tid, 0) + 1
         moved = {tid for _, _, _, tid, _ in plan["actions"]}
         self.slots = {tid: _Slot(tid, recording.tensors[tid]["bytes"], unpacks.get(tid, 0)) for tid in moved}
+        # Recomputation: the producer of each tensor the plan recomputes, whose arguments are
+        # captured when it runs in forward (moved tensors as placeholders, the rest held), and the
+        # storage -> graph id map of this step that tells which arguments are which.
+        producers = {}
+        for i, outs in enumerate(recording.op_new_outputs):
+            for _, tid in outs:
+                producers[tid] = i
+        self.producer = {tid: producers[tid] for _, _, kind, tid, _ in plan["actions"] if kind == "recompute"}
+        self.capture_at = set(self.producer.values())
+        self.captured = {}
+        self.replays_left = {}  # producer -> recompute actions that will still run it
+        self.replays = 0        # ops run again this step
+        for _, _, kind, tid, _ in plan["actions"]:
+            if kind == "recompute":
+                p = self.producer[tid]
+                self.replays_left[p] = self.replays_left.get(p, 0) + 1
+        self.current = {}
         self.op_index = 0
         self.pack_index = 0
         self.diverged = None  # why the step left the recording, or None
@@ -174,6 +193,10 @@ class _Executor(TorchDispatchMode):
                 # before op i may already have been done by an unpack for op i.
                 if slot.loads == 0 and slot.held is None:
                     self._swap_in(slot)
+            elif kind == "recompute":
+                # As with swap-ins, the unpack for op i may have recomputed it already.
+                if slot.loads == 0 and slot.held is None:
+                    self._recompute(slot)
             else:
                 raise _Divergence(f"the adapter cannot run a '{kind}' action")
 
@@ -181,6 +204,88 @@ class _Executor(TorchDispatchMode):
         slot.loads += 1
         slot.buffer = torch.empty(slot.nbytes, dtype=torch.uint8)
         slot.in_ticket = self.engine.swap_in(slot.tid, slot.buffer.data_ptr(), slot.nbytes)
+
+    def _recompute(self, slot):
+        """Runs the producer of slot's tensor again on the arguments captured in forward."""
+        p = self.producer.get(slot.tid)
+        entry = self.captured.get(p) if p is not None else None
+        if entry is None:
+            raise _Divergence(f"the plan recomputes tensor {slot.tid}, whose producer did not run as recorded")
+        self.replays_left[p] -= 1
+        last = self.replays_left[p] <= 0
+        if last:
+            del self.captured[p]  # the arguments it held may go
+        func, spec, leaves = entry
+        values = []
+        for leaf in leaves:
+            if isinstance(leaf, _Packed):  # an argument the plan moved: read it back from its slot
+                values.append(self._data(leaf))
+                if last:
+                    self._consumed(leaf.slot)
+            else:
+                values.append(leaf)
+        args, kwargs = tree_unflatten(values, spec)
+        outs = tree_flatten(call_op(func, args, kwargs))[0]
+        self.replays += 1
+        for k, tid in self.rec.op_new_outputs[p]:
+            target = self.slots.get(tid)
+            if target is not None and target.tid in self.producer and target.held is None:
+                if storage_key(outs[k])[1] != target.nbytes:
+                    raise _Divergence(f"recomputed tensor {tid} has another size than recorded")
+                target.recomputed = outs[k].detach()
+                target.loads += 1
+
+    def _capture(self, i, func, args, kwargs):
+        """Keeps what op i needs to run again: its function and arguments (moved ones as placeholders)."""
+        leaves, spec = tree_flatten((args, kwargs))
+        kept = []
+        for leaf in leaves:
+            if isinstance(leaf, torch.Tensor):
+                tid = self.current.get(storage_key(leaf)[0])
+                slot = self.slots.get(tid) if tid is not None else None
+                if slot is not None:
+                    slot.unpacks_left += 1  # the recompute reads it like an unpack
+                    leaf = _Packed(slot, leaf)
+                else:
+                    leaf = leaf.detach()
+            kept.append(leaf)
+        self.captured[i] = (func, spec, kept)
+
+    def _track(self, i, out):
+        """Maps the storages of op i's new outputs to their graph ids (for later captures)."""
+        outs = tree_flatten(out)[0]
+        for k, tid in self.rec.op_new_outputs[i]:
+            if k < len(outs) and isinstance(outs[k], torch.Tensor):
+                self.current[storage_key(outs[k])[0]] = tid
+
+    def _data(self, packed):
+        """The saved view `packed` describes, over wherever its slot's bytes are now."""
+        slot = packed.slot
+        if slot.held is not None:
+            data = slot.held
+        elif slot.recomputed is not None:
+            data = slot.recomputed
+        else:
+            if slot.buffer is None:
+                if slot.tid in self.producer:  # recomputed, but not yet (the plan was not followed)
+                    self._recompute(slot)
+                    return self._data(packed)
+                if slot.out_ticket:
+                    self.engine.wait(slot.out_ticket)
+                self._swap_in(slot)  # not swapped in by the plan (a diverged step): load now
+            if slot.in_ticket:
+                self.engine.wait(slot.in_ticket)
+                slot.in_ticket = 0
+            data = slot.buffer
+        if data.dtype != packed.dtype:  # a view of the storage as another dtype: all of its bytes
+            data = torch.tensor([], dtype=torch.uint8).set_(data.storage().untyped()).view(packed.dtype)
+        return data.as_strided(packed.size, packed.stride, packed.offset)
+
+    def _consumed(self, slot):
+        slot.unpacks_left -= 1
+        if slot.unpacks_left <= 0:  # the last read: the reader keeps the bytes alive as long as needed
+            slot.buffer = None
+            slot.recomputed = None
 
     @contextlib.contextmanager
     def _own_ops(self):
@@ -205,7 +310,14 @@ class _Executor(TorchDispatchMode):
                               f"{self.rec.op_signatures[i][0] if i < len(self.rec.op_signatures) else 'no more ops'}")
             else:
                 self._act(self.before.get(i, ()))
-        return call_op(func, args, kwargs or {})
+        if self.diverged is None and i in self.capture_at:
+            with self._own_ops():
+                self._capture(i, func, args, kwargs or {})
+        out = call_op(func, args, kwargs or {})
+        if self.capture_at and self.diverged is None and i < len(self.rec.op_new_outputs):
+            with self._own_ops():
+                self._track(i, out)
+        return out
 
     def _act(self, actions):
         try:
@@ -255,24 +367,11 @@ class _Executor(TorchDispatchMode):
         if self.finished:
             raise Unsupported("ferry.torch: a saved tensor was read after its step ended (a graph kept with "
                               "retain_graph=True and run again in a later step is not supported)")
-        slot = packed.slot
-        if slot.held is not None:
-            data = slot.held
-            if data.dtype != packed.dtype:
-                data = torch.empty(0, dtype=packed.dtype).set_(data.storage()._untyped(), 0, (slot.nbytes // data.element_size(),), (1,))
-            data = data.as_strided(packed.size, packed.stride, packed.offset)
-        else:
-            if slot.buffer is None:  # not swapped in by the plan (a diverged step): load now
-                if slot.out_ticket:
-                    self.engine.wait(slot.out_ticket)
-                self._swap_in(slot)
-            if slot.in_ticket:
-                self.engine.wait(slot.in_ticket)
-                slot.in_ticket = 0
-            data = slot.buffer.view(packed.dtype).as_strided(packed.size, packed.stride, packed.offset)
-        slot.unpacks_left -= 1
-        if slot.unpacks_left <= 0:
-            slot.buffer = None  # the last read: autograd's use keeps the bytes alive as long as needed
+        try:
+            data = self._data(packed)
+        except _Divergence as d:
+            raise Unsupported(f"ferry.torch: cannot bring back a saved tensor: {d}") from None
+        self._consumed(packed.slot)
         return data
 
     def finish(self):
@@ -297,11 +396,14 @@ class Budget:
         optimizer state and everything forward and backward hold, as Ferry's memory model counts it.
     tier: 'host' (a host-memory region) or 'ssd' (files in `ssd_dir`, default /tmp) for swapped
         tensors. device: the hardware profile whose transfer model the planner uses ('cpu-local').
+    recompute: let the plan drop saved tensors and recompute them in backward by running their
+        producing op again (only ops that are pure functions of their arguments); False: swaps only.
     measure: measure every step's peak with PyTorch's allocator events (ferry._measure; slow:
         the profiler records every allocation): report()["events"] and last_measured_peak_bytes.
     """
 
-    def __init__(self, model, optimizer, budget, tier="host", ssd_dir=None, device="cpu-local", measure=False):
+    def __init__(self, model, optimizer, budget, tier="host", ssd_dir=None, device="cpu-local", measure=False,
+                 recompute=True):
         if tier not in ("host", "ssd"):
             raise ValueError(f"tier must be 'host' or 'ssd', got {tier!r}")
         if ssd_dir is not None and not os.path.isdir(ssd_dir):
@@ -318,6 +420,8 @@ class Budget:
         self._steps = 0
         self._events = []  # what happened, for report()
         self.measure = measure
+        self.recompute = recompute
+        self._replays = 0  # ops the executors ran again to recompute tensors
         self.last_measured_peak_bytes = None
 
     def _parameters(self):
@@ -403,6 +507,7 @@ class Budget:
                 yield
         finally:
             why = executor.finish()
+            self._replays += executor.replays
         self._end_step(why)
 
     def set_budget(self, budget):
@@ -416,8 +521,10 @@ class Budget:
         if self._recording is None:
             raise RuntimeError("limits() needs a recorded step: run one trainer.step() first")
         probe = self._plan_for(1)
-        return {"unlimited_bytes": probe["unlimited"]["peak_device_bytes"],
-                "min_budget_bytes": probe["min_budget_bytes"]}
+        unlimited = probe["unlimited"]["device_bytes"]
+        # The search for the smallest budget probes the restricted planner, whose feasibility is
+        # not monotone in the budget; the keep plan always fits what it needs.
+        return {"unlimited_bytes": unlimited, "min_budget_bytes": min(probe["min_budget_bytes"], unlimited)}
 
     def trace(self):
         """The recorded iteration as a Ferry trace (dict), or None before the first step."""
@@ -435,11 +542,17 @@ class Budget:
             if rec.tensors[tid]["role"] in ("activation", "gradient"):
                 saved[tid] = True
         scratch = list(rec.op_scratch) + [0] * (len(graph["ops"]) - len(rec.op_scratch))
-        return _ferry.plan(json.dumps(graph), budget_bytes, self.tier, self.device, saved, False, "ferry", scratch)
+        replayable = rec.replayable() + [False] * (len(graph["ops"]) - len(rec.ops))
+        return _ferry.plan(json.dumps(graph), budget_bytes, self.tier, self.device, saved, self.recompute, "ferry",
+                           scratch, replayable)
 
     def _make_plan(self):
         rec = self._recording
         plan = self._plan_for(self.budget_bytes)
+        if not plan["fits"] and self.budget_bytes >= plan["unlimited"]["device_bytes"]:
+            # The keep plan fits: nothing needs to move (the restricted planner's search can miss it).
+            plan = dict(plan, fits=True, actions=[], device_bytes=plan["unlimited"]["device_bytes"],
+                        swapped_tensors=0, recomputed_tensors=0, predicted=plan["unlimited"])
         if not plan["fits"]:
             raise BudgetError(
                 f"ferry.torch: a budget of {_ferry.format_bytes(self.budget_bytes)} cannot hold this model's step: "
@@ -452,7 +565,9 @@ class Budget:
             # Each moved tensor has at most one copy per step: their sum always fits, whatever order.
             self._engine = _ferry.Engine(self.tier, max(tier_bytes, 1 << 20) + 4096 * len(moved), self.ssd_dir)
             self._engine_capacity = tier_bytes
+        recomputed = {tid for _, _, kind, tid, _ in plan["actions"] if kind == "recompute"}
         self._events.append({"step": self._steps + 1, "event": "planned", "moved_tensors": len(moved),
+                             "recomputed_tensors": len(recomputed),
                              "predicted_ms": plan["predicted"]["iteration_ms"],
                              "device_bytes": plan["device_bytes"]})
 
@@ -461,12 +576,14 @@ class Budget:
         out = {"budget_bytes": self.budget_bytes, "tier": self.tier, "steps": self._steps, "events": list(self._events)}
         if self._plan is not None:
             p = self._plan
-            out["plan"] = {"device_bytes": p["device_bytes"], "moved_tensors": p["swapped_tensors"],
+            out["plan"] = {"device_bytes": p["device_bytes"], "moved_tensors": p["swapped_tensors"] + p["recomputed_tensors"],
+                           "swapped_tensors": p["swapped_tensors"], "recomputed_tensors": p["recomputed_tensors"],
                            "predicted_ms": p["predicted"]["iteration_ms"],
                            "predicted_unlimited_ms": p["unlimited"]["iteration_ms"],
                            "unlimited_device_bytes": p["unlimited"]["peak_device_bytes"]}
         if self._engine is not None:
             out["transfers"] = self._engine.stats()
+        out["replayed_ops"] = self._replays
         return out
 
 

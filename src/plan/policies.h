@@ -73,6 +73,9 @@ struct PlanContext {
   // policies refuse a context that sets it or clears allow_recompute.
   std::vector<bool> framework_saved{};
   bool allow_recompute = true;  // false: swaps only (an executor that cannot re-run ops)
+  // When non-empty, indexed by OpId: the ops an executor can run again to recompute their outputs
+  // (a framework's op that mutates state or draws random numbers cannot). Honoured by `ferry` only.
+  std::vector<bool> replayable_ops{};
 };
 
 // A plan and what the planner knows about it.

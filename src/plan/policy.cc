@@ -51,7 +51,7 @@ Result<PlanAttempt> plan_checkmate_in_portfolio(const PlanContext& ctx, const Pl
 // only: the seed policies do not honour those restrictions.
 Result<PlanAttempt> plan_ferry_default(const PlanContext& ctx, const PlanFacts& facts) {
   FERRY_ASSIGN_OR_RETURN(PlanAttempt best, plan_ferry(ctx, facts));
-  if (ctx.budget_bytes == 0 || !facts.framework_saved.empty() || !facts.allow_recompute) return best;
+  if (ctx.budget_bytes == 0 || facts.restricted()) return best;
   auto simulated_us = [&](const Schedule& s) -> Result<double> {
     FERRY_ASSIGN_OR_RETURN(SimResult sim, simulate_for_planning(ctx, facts, s));
     return sim.iteration_us;
@@ -153,10 +153,11 @@ Status check_request(std::string_view policy, const PlanContext& ctx, const Entr
     for (const Entry& e : registry()) names += (names.empty() ? "" : ", ") + e.info.name;
     return Status::InvalidArgument(fmt::format("unknown policy '{}' (known: {})", policy, names));
   }
-  if ((!ctx.framework_saved.empty() || !ctx.allow_recompute) && entry->info.name != "ferry")
+  if ((!ctx.framework_saved.empty() || !ctx.allow_recompute || !ctx.replayable_ops.empty()) &&
+      entry->info.name != "ferry")
     return Status::InvalidArgument(fmt::format(
-        "policy '{}' cannot plan for an executor restricted to framework-saved tensors or without recomputation; "
-        "use 'ferry'", entry->info.name));
+        "policy '{}' cannot plan for an executor restricted to framework-saved tensors, replayable ops or no "
+        "recomputation; use 'ferry'", entry->info.name));
   const PolicyOptions& o = ctx.options;
   if (o.lms_swapin_ahead < 1)
     return Status::InvalidArgument(fmt::format("lms swapin_ahead must be at least 1, got {}", o.lms_swapin_ahead));

@@ -215,6 +215,7 @@ bool PlanFacts::recomputable(TensorId t) const {
   if (!framework_saved.empty() && !framework_saved[static_cast<size_t>(t)]) return false;
   if (tensor.persistent() || tensor.role == TensorRole::kInput || t == g().loss) return false;
   const OpId p = producer[static_cast<size_t>(t)];
+  if (p != kNoOp && !replayable_ops.empty() && !replayable_ops[static_cast<size_t>(p)]) return false;
   return p != kNoOp && g().op(p).phase == Phase::kForward;
 }
 
@@ -237,8 +238,12 @@ Result<PlanFacts> make_plan_facts(const PlanContext& ctx) {
   if (!ctx.framework_saved.empty() && ctx.framework_saved.size() != g.tensors.size())
     return Status::InvalidArgument(fmt::format("framework_saved has {} entries for a graph of {} tensors",
                                                ctx.framework_saved.size(), g.tensors.size()));
+  if (!ctx.replayable_ops.empty() && ctx.replayable_ops.size() != g.ops.size())
+    return Status::InvalidArgument(fmt::format("replayable_ops has {} entries for a graph of {} ops",
+                                               ctx.replayable_ops.size(), g.ops.size()));
   f.framework_saved = ctx.framework_saved;
   f.allow_recompute = ctx.allow_recompute;
+  f.replayable_ops = ctx.replayable_ops;
   f.program_options.op_scratch_bytes = ctx.op_scratch_bytes;
   f.program_options.allow_inplace = ctx.allow_inplace;
   AnalysisOptions ao;

@@ -9,6 +9,7 @@ the budget.
 """
 import json
 import os
+import pathlib
 import subprocess
 
 import pytest
@@ -65,13 +66,48 @@ def test_bitwise_identical_and_within_budget(name, tier, tmp_path):
     report = trainer.report()
     assert [e["event"] for e in report["events"] if e["event"] in ("diverged", "recorded")] == ["recorded"], report
     assert report["plan"]["moved_tensors"] > 0, report
-    assert report["transfers"]["swap_outs"] >= report["plan"]["moved_tensors"], report
+    assert report["transfers"]["swap_outs"] >= report["plan"]["swapped_tensors"], report
     assert report["transfers"]["bytes_in"] == report["transfers"]["bytes_out"], report
     measured = [e["measured_peak_bytes"] for e in report["events"] if e["event"] == "measured"][1:]
     assert len(measured) == STEPS - 1
     for peak in measured:
         assert peak <= trainer.budget_bytes, (
             f"measured peak {peak} exceeds the budget {trainer.budget_bytes} (limits {seen}, plan {report['plan']})")
+    assert all(torch.equal(a, b) for a, b in zip(losses, ref_losses))
+    assert_bitwise_equal(model, reference)
+
+
+def slow_link_profile(tmp_path):
+    """cpu-local with a host link and a disk 10,000x slower: swapping costs more than recomputing."""
+    profile = json.loads((pathlib.Path(os.environ["FERRY_SOURCE_DIR"]) / "profiles" / "cpu-local.json").read_text())
+    profile["name"] = "cpu-local-slow-link"
+    for direction in ("host_to_device", "device_to_host"):
+        profile["host_link"][direction]["nominal_bytes_per_s"] /= 1e4
+    profile["storage"]["read_bytes_per_s"] /= 1e4
+    profile["storage"]["write_bytes_per_s"] /= 1e4
+    path = tmp_path / "slow-link.json"
+    path.write_text(json.dumps(profile))
+    return str(path)
+
+
+@pytest.mark.parametrize("name", ["resnet18", "transformer", "quirky"])
+def test_recompute_replays_ops_bitwise(name, tmp_path):
+    """With swaps priced out, the plan recomputes dropped tensors by replaying their ops."""
+    case = CASES[name]
+    batches = case.batches(STEPS)
+    reference, ref_losses = plain_run(case, batches)
+    model = case.build(0)
+    optimizer = case.optimizer(model)
+    trainer = ft.Budget(model, optimizer, budget="1TiB", device=slow_link_profile(tmp_path), measure=True)
+    losses = ferry_steps(model, optimizer, batches, case.loss_fn, trainer,
+                         lambda lim: lim["min_budget_bytes"] + (lim["unlimited_bytes"] - lim["min_budget_bytes"]) // 3)
+    report = trainer.report()
+    assert "diverged" not in [e["event"] for e in report["events"]], report
+    assert report["plan"]["recomputed_tensors"] > 0, report
+    assert report["replayed_ops"] >= STEPS - 1, report
+    for e in report["events"]:
+        if e["event"] == "measured" and e["step"] > 1:
+            assert e["measured_peak_bytes"] <= trainer.budget_bytes, report
     assert all(torch.equal(a, b) for a, b in zip(losses, ref_losses))
     assert_bitwise_equal(model, reference)
 
