@@ -14,15 +14,17 @@ Design (docs/pytorch.md has the whole story)
   becomes a Ferry graph (with the optimizer state, which exists by then) and Ferry's planner
   (`ferry`, through the C++ module ferry._ferry) plans it for the budget, restricted to what this
   adapter can do: free only tensors autograd saved, only between forward and backward, by swapping
-  them to the host or SSD tier and back (no recomputation yet). A budget below what any such plan
-  needs raises BudgetError naming the smallest one.
-- Later steps follow the plan. A TorchDispatchMode counts ops; before and after op i it runs the
-  plan's actions for step i. A swapped tensor's pack hook hands autograd a small handle instead of
+  them to the host or SSD tier and back, or by recomputing them from replayable ops. A budget below
+  what any such plan needs raises BudgetError naming the smallest one.
+- Later steps follow the plan. A TorchDispatchMode counts ops; before op i it runs the plan's
+  actions for step i (and those after step i - 1: autograd saves an op's outputs only after the op
+  returns). A swapped tensor's pack hook hands autograd a small handle instead of
   the tensor, so autograd no longer holds its storage; the adapter holds it until the planned
   release (after the swap-out, which Ferry's transfer engine runs on its own thread, has
   finished). A planned swap-in allocates a fresh buffer and copies the bytes back on the engine's
   other thread; unpack waits for it and returns a tensor with the saved tensor's dtype, size,
-  strides and offset over the restored bytes. Bytes come back bit for bit, so gradients are those
+  strides and offset over the restored bytes. A recomputed tensor's producer op has its arguments
+  captured in forward and is run again at the planned step. Bytes come back bit for bit, so gradients are those
   of plain PyTorch.
 - When a step differs from the recording (another op, another size, more or fewer saves: a new
   shape or branch), the adapter stops acting for the rest of that step (tensors it holds stay

@@ -156,5 +156,26 @@ TEST(FerryPlanner, FrameworkSavedRestrictsWhatMovesAndWhen) {
   EXPECT_EQ(plan_policy("ferry", ctx).status().code(), StatusCode::kInvalidArgument);
 }
 
+// Recomputation only of what the executor can replay: with no op replayable nothing is recomputed,
+// even where recomputing is all that fits (recompute-only tier).
+TEST(FerryPlanner, ReplayableOpsBoundRecomputation) {
+  const Chain chain({4096, 8192, 8192, 8192, 4096}, {0, 10, 10, 10, 10});
+  const CostModel cost = round_cost();
+  PlanContext ctx{.graph = chain.g(), .cost = cost, .recompute_only = true};
+  const uint64_t full = policy_test::must_plan("none", ctx).device_bytes;
+  ctx.budget_bytes = full - 8192;
+  const PlanReport free_choice = policy_test::must_plan("ferry", ctx);
+  ASSERT_GE(free_choice.recomputed_tensors, 1u);  // recomputation is what makes it fit
+  ctx.replayable_ops.assign(chain.g().ops.size(), false);
+  Result<PlanReport> none = plan_policy("ferry", ctx);
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), StatusCode::kOutOfMemory) << none.status().message();
+  ctx.replayable_ops.assign(chain.g().ops.size(), true);
+  EXPECT_GE(policy_test::must_plan("ferry", ctx).recomputed_tensors, 1u);
+  ctx.replayable_ops.assign(2, true);
+  EXPECT_EQ(plan_policy("ferry", ctx).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(plan_policy("checkmate", ctx).status().code(), StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace ferry
