@@ -13,17 +13,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 # Debian's PyTorch 1.13 (CPU) and torchvision; libopenblas0-pthread makes libblas.so.3 OpenBLAS
 # instead of the reference BLAS that PyTorch's Linear layers would otherwise call (measured here: a
 # 4-layer GPT-2 step with the 50,257-row head took 52 s on the reference BLAS, 4.4 s on OpenBLAS).
-missing=()
-for pkg in python3-torch python3-torchvision libopenblas0-pthread; do
-  if [[ $(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null) != "install ok installed" ]]; then missing+=("$pkg"); fi
-done
-if ((${#missing[@]})); then
-  sudo=()
-  if [[ $(id -u) != 0 ]]; then sudo=(sudo); fi
-  echo "torch_adapter.sh: installing ${missing[*]} with apt-get" >&2
-  "${sudo[@]}" apt-get update -qq >&2
-  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
-fi
+"$root/scripts/install-deps.sh"  # the one installer; it lists these packages
 
 if [[ -z ${FERRY_PYTHON:-} ]]; then
   build_dir=$("$root/scripts/build.sh")

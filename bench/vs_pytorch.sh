@@ -10,17 +10,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 
 # PyTorch: Debian's python3-torch (1.13, CPU). libopenblas0-pthread makes Debian's libblas.so.3
 # alternative OpenBLAS instead of the reference BLAS, which PyTorch's Linear layers call.
-missing=()
-for pkg in python3-torch libopenblas0-pthread; do
-  if [[ $(dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null) != "install ok installed" ]]; then missing+=("$pkg"); fi
-done
-if ((${#missing[@]})); then
-  sudo=()
-  if [[ $(id -u) != 0 ]]; then sudo=(sudo); fi
-  echo "vs_pytorch.sh: installing ${missing[*]} with apt-get" >&2
-  "${sudo[@]}" apt-get update -qq >&2
-  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
-fi
+"$root/scripts/install-deps.sh"  # the one installer; it lists these packages
 
 if [[ -n ${FERRY:-} ]]; then
   ferry=$FERRY
