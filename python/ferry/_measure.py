@@ -91,7 +91,9 @@ def storage_bytes(tensors):
 
 
 def optimizer_state_tensors(optimizer):
-    """The tensors in an optimizer's per-parameter state (momentum buffers, Adam moments, step counters)."""
+    """The tensors in an optimizer's per-parameter state (momentum buffers, Adam moments, step counters); [] for None."""
+    if optimizer is None:
+        return []
     return [value for state in optimizer.state.values() for value in state.values() if torch.is_tensor(value)]
 
 

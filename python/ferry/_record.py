@@ -247,22 +247,21 @@ class Recorder(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         inputs = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
-        in_ids = []
-        self._input_ptrs = set()
+        in_ids, input_ptrs = [], set()
         for a in inputs:
             tid = self._lookup(a)
             if tid is not None and tid not in in_ids:
                 in_ids.append(tid)
             if tid is not None:
-                self._input_ptrs.add(storage_key(a)[0])
+                input_ptrs.add(storage_key(a)[0])
         with record_function(f"ferry#{len(self.rec.ops)}"):
             start = time.perf_counter_ns()
             out = call_op(func, args, kwargs)
             time_us = (time.perf_counter_ns() - start) / 1e3
-        self._record(func, in_ids, out, time_us)
+        self._record(func, in_ids, input_ptrs, out, time_us)
         return out
 
-    def _record(self, func, in_ids, out, time_us):
+    def _record(self, func, in_ids, input_ptrs, out, time_us):
         index = len(self.rec.ops)
         name = str(func)
         phase = "backward" if self._backward else "forward"
@@ -279,7 +278,7 @@ class Recorder(TorchDispatchMode):
             alias = returns[k].alias_info if k < len(returns) else None
             if alias is not None and not alias.is_write:
                 continue  # a view: same storage, same graph tensor
-            if alias is None and ptr in self._input_ptrs:
+            if alias is None and ptr in input_ptrs:
                 continue  # a view the schema does not declare (_unsafe_view): same storage
             old = self._current.get(ptr) if alias is not None else None
             role = "gradient" if self._backward else "activation"

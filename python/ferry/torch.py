@@ -67,15 +67,11 @@ def _budget_bytes(budget):
 def _optimizer_state(optimizer):
     """(name, bytes) of every distinct storage in the optimizer's state."""
     seen, out = set(), []
-    if optimizer is None:
-        return out
-    for i, (param, state) in enumerate(optimizer.state.items()):
-        for key, value in state.items():
-            if isinstance(value, torch.Tensor):
-                ptr, nbytes = storage_key(value)
-                if nbytes > 0 and ptr not in seen:
-                    seen.add(ptr)
-                    out.append((f"state{i}.{key}", nbytes))
+    for value in _measure.optimizer_state_tensors(optimizer):
+        ptr, nbytes = storage_key(value)
+        if nbytes > 0 and ptr not in seen:
+            seen.add(ptr)
+            out.append((f"optimizer_state{len(out)}", nbytes))
     return out
 
 
@@ -563,7 +559,7 @@ class Budget:
         self._plan = plan
         moved = {tid for _, _, _, tid, _ in plan["actions"]}
         tier_bytes = sum(rec.tensors[tid]["bytes"] for tid in moved)
-        if moved and self._engine is None or (self._engine and tier_bytes > self._engine_capacity):
+        if moved and (self._engine is None or tier_bytes > self._engine_capacity):
             # Each moved tensor has at most one copy per step: their sum always fits, whatever order.
             self._engine = _ferry.Engine(self.tier, max(tier_bytes, 1 << 20) + 4096 * len(moved), self.ssd_dir)
             self._engine_capacity = tier_bytes
@@ -601,6 +597,8 @@ def record(model, inputs, path, loss_fn=None, optimizer=None):
     params = list(model.named_parameters())
     _check_no_grads(params)
     args = inputs if isinstance(inputs, tuple) else (inputs,)
+    start_bytes = _measure.storage_bytes(
+        _measure.persistent_tensors(model, optimizer, [a for a in args if isinstance(a, torch.Tensor)]))
     recorder = Recorder(params)
     with recorder:
         out = model(*args)
@@ -611,9 +609,7 @@ def record(model, inputs, path, loss_fn=None, optimizer=None):
     # Measured by the recorder, for people and tools; Ferry's reader ignores x_ fields. The step's
     # peak counts what existed before it (parameters, buffers, inputs, optimizer state) plus the
     # allocator's highest level above that during the step.
-    before = [p for _, p in params] + list(model.buffers()) + [a for a in args if isinstance(a, torch.Tensor)]
-    before += _measure.optimizer_state_tensors(optimizer) if optimizer is not None else []
-    trace["x_measured_peak_bytes"] = _measure.storage_bytes(before) + recorder.rec.peak_increase_bytes
+    trace["x_measured_peak_bytes"] = start_bytes + recorder.rec.peak_increase_bytes
     for op, scratch in zip(trace["ops"], recorder.rec.op_scratch):
         if scratch:
             op["x_scratch_bytes"] = scratch

@@ -76,6 +76,8 @@ struct PlanContext {
   // When non-empty, indexed by OpId: the ops an executor can run again to recompute their outputs
   // (a framework's op that mutates state or draws random numbers cannot). Honoured by `ferry` only.
   std::vector<bool> replayable_ops{};
+  // Whether any of the three executor restrictions above is set (only `ferry` plans for them).
+  bool restricts_executor() const { return !framework_saved.empty() || !allow_recompute || !replayable_ops.empty(); }
 };
 
 // A plan and what the planner knows about it.

@@ -51,7 +51,7 @@ Result<PlanAttempt> plan_checkmate_in_portfolio(const PlanContext& ctx, const Pl
 // only: the seed policies do not honour those restrictions.
 Result<PlanAttempt> plan_ferry_default(const PlanContext& ctx, const PlanFacts& facts) {
   FERRY_ASSIGN_OR_RETURN(PlanAttempt best, plan_ferry(ctx, facts));
-  if (ctx.budget_bytes == 0 || facts.restricted()) return best;
+  if (ctx.budget_bytes == 0 || ctx.restricts_executor()) return best;
   auto simulated_us = [&](const Schedule& s) -> Result<double> {
     FERRY_ASSIGN_OR_RETURN(SimResult sim, simulate_for_planning(ctx, facts, s));
     return sim.iteration_us;
@@ -153,8 +153,7 @@ Status check_request(std::string_view policy, const PlanContext& ctx, const Entr
     for (const Entry& e : registry()) names += (names.empty() ? "" : ", ") + e.info.name;
     return Status::InvalidArgument(fmt::format("unknown policy '{}' (known: {})", policy, names));
   }
-  if ((!ctx.framework_saved.empty() || !ctx.allow_recompute || !ctx.replayable_ops.empty()) &&
-      entry->info.name != "ferry")
+  if (ctx.restricts_executor() && entry->info.name != "ferry")
     return Status::InvalidArgument(fmt::format(
         "policy '{}' cannot plan for an executor restricted to framework-saved tensors, replayable ops or no "
         "recomputation; use 'ferry'", entry->info.name));

@@ -48,7 +48,6 @@ struct PlanFacts {
   std::vector<bool> framework_saved;  // PlanContext::framework_saved
   bool allow_recompute = true;        // PlanContext::allow_recompute
   std::vector<bool> replayable_ops;   // PlanContext::replayable_ops
-  bool restricted() const { return !framework_saved.empty() || !allow_recompute || !replayable_ops.empty(); }
 
   const Graph& g() const { return *graph; }
   const TensorInfo& info(TensorId t) const { return analysis.tensors[static_cast<size_t>(t)]; }
