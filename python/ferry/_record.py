@@ -1,4 +1,4 @@
-"""Recording one PyTorch training iteration as a Ferry graph (trace format v1).
+"""Recording one PyTorch training iteration as a Ferry graph (trace format v2).
 
 Design
 - Two public PyTorch mechanisms watch the iteration: a TorchDispatchMode sees every aten op below
@@ -8,10 +8,14 @@ Design
 - Ferry's graph is over *storages*, not tensor objects: memory is held by storages, and a view
   (`view`, `t`, `transpose`, slicing) shares its base's. An op output whose schema says it aliases
   an input without writing is a view: no new graph tensor. An output that aliases an input and
-  writes it (`relu_`, `add_`, `out=` forms) is an in-place update: a new version of the storage
-  becomes a new graph tensor, produced by that op from the old version with `inplace: true` (the
-  memory model lets it reuse the old version's bytes when the old one dies there), so every graph
-  tensor is written once, as trace v1 requires. Any other output is a new storage.
+  writes it (`relu_`, `add_`, `out=` forms, batch norm's running statistics) is an in-place update: a
+  new version of the storage becomes a new graph tensor, produced by that op from the old version,
+  with `overwrites` naming the old one (trace v2: it takes over the old version's bytes, on any
+  output), so every graph tensor is written once. Any other output is a new storage.
+- Byte ranges: an op that reads part of a storage through a view (a slice, a narrow, one of
+  several heads) names a trace-v2 *view* of that storage with the range's offset and bytes; reads
+  of a whole storage (including transposes and reshapes of all of it) name the storage's tensor.
+  Views are listed after every graph tensor, so graph ids stay the recording's ids.
 - Storages are recognised by their data pointer among the storages alive in the recording; a
   pointer reused after a free is a new storage, because only an op's fresh output (schema without
   alias) creates a graph tensor, and that replaces the pointer's entry.
@@ -92,12 +96,24 @@ def storage_key(t):
     return s.data_ptr(), s.nbytes()
 
 
+def byte_range(t):
+    """(offset, bytes) of the part of its storage a tensor spans: from its first element to its last
+    (a strided view spans the gaps between its elements too)."""
+    size = t.element_size()
+    if t.numel() == 0:
+        return t.storage_offset() * size, 0
+    if any(st < 0 for st in t.stride()):
+        return 0, t.storage().nbytes()
+    extent = 1 + sum((n - 1) * st for n, st in zip(t.size(), t.stride()))
+    return t.storage_offset() * size, extent * size
+
+
 class Recording:
     """One recorded iteration: graph tensors and ops, saves, and the counters the executor checks."""
 
     def __init__(self):
-        self.tensors = []        # dicts: id, name, role, bytes
-        self.ops = []            # dicts: name, type, phase, inputs, outputs, time_us, inplace
+        self.tensors = []        # dicts: id, name, role, bytes (and overwrites: an in-place version's old one)
+        self.ops = []            # dicts: name, type, phase, inputs, outputs, time_us
         self.op_signatures = []  # per op: (aten name, output storage bytes) to recognise it later
         self.saves = []          # per pack, in order: (graph tensor id, op index at the pack)
         self.unpacks = []        # per unpack, in order: graph tensor id
@@ -106,6 +122,7 @@ class Recording:
         self.op_scratch = []     # per op: measured bytes held inside the op beyond its new outputs
         self.op_new_outputs = [] # per op: (index in the flattened outputs, graph id) of each new tensor
         self.op_replayable = []  # per op: running it again recomputes its outputs (see replayable())
+        self.op_ranges = []      # per op: {graph id: set of (offset, bytes)} of storages it read only in part
         self.superseded = set()  # graph ids whose storage a later in-place op overwrote
         self.peak_increase_bytes = 0  # measured: the allocator's peak over its level at the start
 
@@ -142,11 +159,31 @@ class Recording:
             tid = len(tensors)
             tensors.append({"id": tid, "name": name, "role": "optimizer_state", "bytes": int(nbytes)})
             state.append(tid)
+        views = {}  # (graph id, offset, bytes) -> view id, after every graph tensor
+        for op, ranges in zip(ops, self.op_ranges):
+            if not ranges:
+                continue
+            inputs = []
+            for tid in op["inputs"]:
+                for offset, nbytes in sorted(ranges.get(tid, ())):
+                    key = (tid, offset, nbytes)
+                    if key not in views:
+                        views[key] = len(self.tensors) + len(state) + len(views)
+                        tensors.append({"id": views[key], "name": f"{tensors[tid]['name']}[{offset}:{offset + nbytes}]",
+                                        "view_of": tid, "offset": offset, "bytes": nbytes})
+                    inputs.append(views[key])
+                if tid not in ranges:
+                    inputs.append(tid)
+            op["inputs"] = inputs
         grads = sorted(persistent_grads)
         if weights:
             ops.append({"name": "optimizer.step", "type": "opaque", "phase": "update",
                         "inputs": weights + state + grads, "outputs": weights + state})
-        return {"format": "ferry-trace", "version": 1, "model": model_name, "tensors": tensors, "ops": ops}
+        return {"format": "ferry-trace", "version": 2, "model": model_name, "tensors": tensors, "ops": ops}
+
+    def num_graph_tensors(self, optimizer_state=()):
+        """Tensors of the graph trace() makes (its views excluded): the recording's and the state's."""
+        return len(self.tensors) + len(optimizer_state)
 
 
 class Recorder(TorchDispatchMode):
@@ -247,13 +284,21 @@ class Recorder(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         inputs = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
-        in_ids, input_ptrs = [], set()
+        in_ids, input_ptrs, whole, parts = [], set(), set(), {}
         for a in inputs:
             tid = self._lookup(a)
-            if tid is not None and tid not in in_ids:
+            if tid is None:
+                continue
+            if tid not in in_ids:
                 in_ids.append(tid)
-            if tid is not None:
-                input_ptrs.add(storage_key(a)[0])
+            input_ptrs.add(storage_key(a)[0])
+            offset, nbytes = byte_range(a)
+            if (offset == 0 and nbytes >= self.rec.tensors[tid]["bytes"]) or \
+                    offset + nbytes > self.rec.tensors[tid]["bytes"]:
+                whole.add(tid)
+            else:
+                parts.setdefault(tid, set()).add((offset, nbytes))
+        self.rec.op_ranges.append({tid: r for tid, r in parts.items() if tid not in whole})
         with record_function(f"ferry#{len(self.rec.ops)}"):
             start = time.perf_counter_ns()
             out = call_op(func, args, kwargs)
@@ -267,7 +312,7 @@ class Recorder(TorchDispatchMode):
         phase = "backward" if self._backward else "forward"
         outs = tree_flatten(out)[0]
         returns = func._schema.returns
-        out_ids, signature, inplace, new_positions = [], [], False, []
+        out_ids, signature, new_positions = [], [], []
         for k, o in enumerate(outs):
             if not isinstance(o, torch.Tensor):
                 continue
@@ -284,19 +329,18 @@ class Recorder(TorchDispatchMode):
             role = "gradient" if self._backward else "activation"
             tid = self.rec.new_tensor(f"{name}#{index}.{k}", role, nbytes)
             if old is not None:
-                # In-place: the old version is read and (if it is the first input) overwritten.
+                # In-place: a new version of the storage, which the op reads and overwrites.
                 self.rec.superseded.add(old)
                 if old not in in_ids:
                     in_ids.append(old)
-                if in_ids[0] == old and not out_ids:
-                    inplace = True
+                if self.rec.tensors[old]["role"] != "weight" and self.rec.tensors[old]["bytes"] == nbytes:
+                    # (parameters are written by updates only; a resized storage is a new one)
+                    self.rec.tensors[tid]["overwrites"] = old
             self._current[ptr] = tid
             out_ids.append(tid)
             new_positions.append(k)
         op = {"name": f"{name}#{index}", "type": "opaque", "phase": phase, "inputs": in_ids, "outputs": out_ids,
               "time_us": time_us}
-        if inplace:
-            op["inplace"] = True
         self.rec.ops.append(op)
         self.rec.op_signatures.append((name, tuple(signature)))
         self.rec.op_new_outputs.append([(k, t) for k, t in zip(new_positions, out_ids)])

@@ -533,7 +533,7 @@ class Budget:
     def _plan_for(self, budget_bytes):
         rec = self._recording
         graph = self.trace()
-        saved = [False] * len(graph["tensors"])
+        saved = [False] * rec.num_graph_tensors(_optimizer_state(self.optimizer))
         for tid in rec.saved_ids():
             # Storages made in the step and then held only by autograd: data inputs and module
             # buffers stay referenced by the caller, so moving them would free nothing.

@@ -10,9 +10,11 @@
 // - A transient tensor occupies memory from the step that produces it (step 0 for data inputs)
 //   through its last use (inclusive). During a step, its inputs and outputs coexist.
 // - Op scratch (oneDNN scratchpad, reorder buffers) is a pseudo-tensor live during its op only.
-// - In-place: an op with `inplace_capable` writes its first output into its first input's buffer
-//   when that input is transient, not a data input, has the same byte size, and dies at this op.
-//   The two tensors then form one buffer whose lifetime is the union.
+// - In-place: an op with `inplace_capable` writes its first output into its first input's buffer,
+//   and any output that `overwrites` a tensor (a new version of its storage) into that tensor's,
+//   when that input is transient, not a data input, has the same byte size, and dies at this op
+//   (Graph::in_place_sources). The two tensors then form one buffer whose lifetime is the union.
+// - A tensor with a release point (`free_after`) lives at least through that step.
 //
 // Conventions (the executor and simulator follow them too):
 // - Live bytes and peaks count each tensor's `bytes` as is; alignment padding exists only in the
@@ -50,8 +52,10 @@ struct TensorInfo {
   std::vector<OpId> consumers;    // ops reading it, in execution order (no duplicates)
   OpId first_use = kNoOp;         // step it becomes live (producer, or 0 for data inputs)
   OpId last_use = kNoOp;          // last step that reads it (= producer if never read)
-  // Saved activations: last forward step reading it, first backward step reading it, and
-  // idle_steps = first_backward_use - last_forward_use (0 when not saved for backward).
+  // Saved activations: first backward step reading it, the last forward step reading it before
+  // that, and idle_steps = first_backward_use - last_forward_use (0 when not saved for backward).
+  // With several forward/backward passes in one iteration this is the gap of the first pass that
+  // reads it in backward.
   // The step a transient tensor comes alive counts as a use, so a tensor produced in forward and
   // read only in backward (max-pool indices, batch-norm statistics) is saved too. Either step is
   // kNoOp when there is none.

@@ -4,7 +4,7 @@
 // - Pass 1 walks the ops once and records, per tensor, its producer and its readers (in execution
 //   order, so first/last/forward/backward uses fall out without sorting).
 // - Pass 2 walks the steps again and creates a buffer whenever a tensor comes alive; an in-place
-//   op's first output joins its first input's buffer instead (the rule in analysis.h). Because
+//   output joins its input's buffer instead (the rule in analysis.h). Because
 //   `in` must die at the op, only the newest tensor of a buffer is ever alive, so a chain of
 //   in-place ops (batch norm -> relu -> dropout) becomes one buffer whose lifetime is the union.
 //   Creating buffers in step order leaves `buffers` sorted by first_step.
@@ -31,12 +31,16 @@ namespace {
 // A transient tensor is materialized when it exists at some step: a data input, or produced by an op.
 bool materialized(const Tensor& t, const TensorInfo& info) { return !t.persistent() && info.first_use != kNoOp; }
 
-// The in-place rule of analysis.h: Graph::may_write_in_place, and the input dies at this op.
-bool can_write_in_place(const Graph& g, const Op& op, const std::vector<TensorInfo>& info,
-                        const std::vector<int32_t>& buffer_of) {
-  if (!g.may_write_in_place(op)) return false;
-  const TensorId in = op.inputs[0];
-  return buffer_of[static_cast<size_t>(in)] >= 0 && info[static_cast<size_t>(in)].last_use == op.id;
+// The in-place rule of analysis.h, per output of `op`: Graph::in_place_sources, and the input
+// still has its buffer and dies at this op.
+std::vector<TensorId> in_place_inputs(const Graph& g, const Op& op, const std::vector<TensorInfo>& info,
+                                      const std::vector<int32_t>& buffer_of) {
+  std::vector<TensorId> sources = g.in_place_sources(op);
+  for (TensorId& in : sources)
+    if (in != kNoTensor &&
+        !(buffer_of[static_cast<size_t>(in)] >= 0 && info[static_cast<size_t>(in)].last_use == op.id))
+      in = kNoTensor;
+  return sources;
 }
 
 uint64_t scratch_bytes(const AnalysisOptions& options, size_t op) {
@@ -83,15 +87,18 @@ void compute_lifetimes(const Graph& g, std::vector<TensorInfo>& info) {
       else if (ti.producer != kNoOp) ti.first_use = ti.producer;
       if (ti.first_use != kNoOp) {
         ti.last_use = ti.consumers.empty() ? ti.first_use : std::max(ti.first_use, ti.consumers.back());
+        if (t.free_after != kNoOp) ti.last_use = std::max(ti.last_use, t.free_after);  // the framework holds it
         if (t.id == g.loss) ti.last_use = final_step;  // the caller reads the loss after the iteration
       }
     }
-    // Forward uses: the step it comes alive (transient only) and forward readers.
+    // Forward uses: the step it comes alive (transient only) and forward readers, up to the first
+    // backward reader (with several forward/backward passes, the gap of the first pass that reads it
+    // in backward).
     OpId last_forward = kNoOp, first_backward = kNoOp;
     if (materialized(t, ti) && g.op(ti.first_use).phase == Phase::kForward) last_forward = ti.first_use;
     for (OpId c : ti.consumers) {
       const Phase phase = g.op(c).phase;
-      if (phase == Phase::kForward) last_forward = std::max(last_forward, c);
+      if (phase == Phase::kForward && first_backward == kNoOp) last_forward = std::max(last_forward, c);
       else if (phase == Phase::kBackward && first_backward == kNoOp) first_backward = c;
     }
     ti.last_forward_use = last_forward;
@@ -165,12 +172,13 @@ void build_buffers(const Graph& g, const AnalysisOptions& options, Analysis& out
   for (const Tensor& t : g.tensors)
     if (t.role == TensorRole::kInput) open_tensor_buffer(t.id);
   for (const Op& op : g.ops) {
-    const bool in_place = options.allow_inplace && can_write_in_place(g, op, info, buffer_of);
+    const std::vector<TensorId> sources =
+        options.allow_inplace ? in_place_inputs(g, op, info, buffer_of) : std::vector<TensorId>(op.outputs.size(), kNoTensor);
     for (size_t k = 0; k < op.outputs.size(); ++k) {
       const TensorId t = op.outputs[k];
       if (g.tensor(t).persistent()) continue;
-      if (k == 0 && in_place) {
-        const int32_t shared = buffer_of[static_cast<size_t>(op.inputs[0])];
+      if (sources[k] != kNoTensor) {
+        const int32_t shared = buffer_of[static_cast<size_t>(sources[k])];
         Buffer& b = buffers[static_cast<size_t>(shared)];
         FERRY_CHECK(b.last_step == op.id, "buffer {} is still needed after in-place op '{}'", shared, op.name);
         b.tensors.push_back(t);

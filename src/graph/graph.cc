@@ -1,5 +1,6 @@
 #include "graph/graph.h"
 
+#include <algorithm>
 #include <array>
 
 #include <fmt/format.h>
@@ -13,6 +14,76 @@ int64_t Tensor::numel() const {
 }
 
 namespace {
+
+// The rules of Note [Storage versions and release points] (graph.h), once ids and producers are
+// known to be valid.
+Status validate_versions(const Graph& g, const std::vector<OpId>& producer) {
+  const size_t n = g.tensors.size();
+  std::vector<OpId> last_read(n, kNoOp);
+  for (const Op& op : g.ops)
+    for (TensorId t : op.inputs) last_read[static_cast<size_t>(t)] = op.id;
+  std::vector<TensorId> overwritten_by(n, kNoTensor);
+  for (const Tensor& t : g.tensors) {
+    if (t.overwrites != kNoTensor) {
+      const TensorId o = t.overwrites;
+      if (o < 0 || static_cast<size_t>(o) >= n || o == t.id)
+        return Status::InvalidArgument(fmt::format("tensor '{}' overwrites tensor id {}, which is {}", t.name, o,
+                                                   o == t.id ? "itself" : "not a tensor"));
+      const Tensor& old = g.tensor(o);
+      if (t.persistent() || old.persistent())
+        return Status::InvalidArgument(fmt::format(
+            "tensor '{}' overwrites '{}': persistent tensors are not versioned (update ops write them in place)",
+            t.name, old.name));
+      if (t.bytes != old.bytes)
+        return Status::InvalidArgument(fmt::format("tensor '{}' ({} bytes) overwrites '{}' ({} bytes): a new version "
+                                                   "of a storage has the storage's size",
+                                                   t.name, t.bytes, old.name, old.bytes));
+      const OpId p = producer[static_cast<size_t>(t.id)];
+      if (p == kNoOp)
+        return Status::InvalidArgument(
+            fmt::format("tensor '{}' overwrites '{}' but no op produces it", t.name, old.name));
+      const Op& op = g.op(p);
+      if (std::find(op.inputs.begin(), op.inputs.end(), o) == op.inputs.end())
+        return Status::InvalidArgument(fmt::format(
+            "tensor '{}' overwrites '{}', so its producer '{}' must list '{}' among its inputs", t.name, old.name,
+            op.name, old.name));
+      if (overwritten_by[static_cast<size_t>(o)] != kNoTensor)
+        return Status::InvalidArgument(fmt::format("tensor '{}' is overwritten twice (by '{}' and '{}')", old.name,
+                                                   g.tensor(overwritten_by[static_cast<size_t>(o)]).name, t.name));
+      overwritten_by[static_cast<size_t>(o)] = t.id;
+      if (last_read[static_cast<size_t>(o)] > p)
+        return Status::InvalidArgument(fmt::format(
+            "op '{}' reads '{}' after op '{}' overwrote its storage (the new version is '{}')",
+            g.op(last_read[static_cast<size_t>(o)]).name, old.name, op.name, t.name));
+      if (old.free_after != kNoOp)
+        return Status::InvalidArgument(fmt::format(
+            "tensor '{}' has a release point (free_after) but '{}' overwrites its storage: the storage is released "
+            "with its last version, so give free_after to that one",
+            old.name, t.name));
+    }
+    if (t.free_after != kNoOp) {
+      const OpId f = t.free_after;
+      if (f < 0 || static_cast<size_t>(f) >= g.ops.size())
+        return Status::InvalidArgument(
+            fmt::format("tensor '{}' is released after op index {}, which does not exist", t.name, f));
+      if (t.persistent())
+        return Status::InvalidArgument(
+            fmt::format("tensor '{}' is persistent and never released, so it has no free_after", t.name));
+      const OpId p = producer[static_cast<size_t>(t.id)];
+      if (t.role != TensorRole::kInput && p == kNoOp)
+        return Status::InvalidArgument(
+            fmt::format("tensor '{}' has a release point but no op produces it", t.name));
+      if (p != kNoOp && f < p)
+        return Status::InvalidArgument(fmt::format("tensor '{}' is released after op '{}', before its producer '{}'",
+                                                   t.name, g.op(f).name, g.op(p).name));
+      if (last_read[static_cast<size_t>(t.id)] > f)
+        return Status::InvalidArgument(fmt::format("op '{}' reads tensor '{}' after its release point (op '{}')",
+                                                   g.op(last_read[static_cast<size_t>(t.id)]).name, t.name,
+                                                   g.op(f).name));
+    }
+  }
+  return Status::Ok();
+}
 
 constexpr std::array<std::string_view, 38> kOpNames = {
 #define FERRY_OP_NAME(e, s) s,
@@ -120,15 +191,27 @@ Status Graph::validate() const {
   }
   if (loss != kNoTensor && (loss < 0 || loss >= n_tensors))
     return Status::InvalidArgument(fmt::format("loss tensor id {} does not exist", loss));
-  return Status::Ok();
+  return validate_versions(*this, producer);
 }
 
-bool Graph::may_write_in_place(const Op& op) const {
-  if (!op.inplace_capable || op.inputs.empty() || op.outputs.empty()) return false;
-  const Tensor& in = tensor(op.inputs[0]);
-  const Tensor& out = tensor(op.outputs[0]);
-  if (in.persistent() || out.persistent() || in.role == TensorRole::kInput || in.id == out.id) return false;
-  return in.bytes == out.bytes;
+std::vector<TensorId> Graph::in_place_sources(const Op& op) const {
+  std::vector<TensorId> sources(op.outputs.size(), kNoTensor);
+  auto shareable = [&](TensorId in, TensorId out) {
+    const Tensor& i = tensor(in);
+    const Tensor& o = tensor(out);
+    return !i.persistent() && !o.persistent() && i.role != TensorRole::kInput && in != out && i.bytes == o.bytes;
+  };
+  for (size_t k = 0; k < op.outputs.size(); ++k) {
+    const TensorId out = op.outputs[k];
+    TensorId in = tensor(out).overwrites;
+    if (in == kNoTensor && k == 0 && op.inplace_capable && !op.inputs.empty()) in = op.inputs[0];
+    if (in == kNoTensor || !shareable(in, out)) continue;
+    if (std::find(sources.begin(), sources.begin() + static_cast<std::ptrdiff_t>(k), in) !=
+        sources.begin() + static_cast<std::ptrdiff_t>(k))
+      continue;  // an earlier output takes this input's buffer
+    sources[k] = in;
+  }
+  return sources;
 }
 
 uint64_t Graph::param_count() const {

@@ -27,6 +27,19 @@
 //   statistics, the loss and cross-entropy's log-probabilities stay fp32 (as under autocast).
 //   amp-fp16 adds the loss scale (an fp32 scalar of optimizer state) that cross-entropy's backward
 //   multiplies by and the updates divide by. This is Apex O2 / Megatron-style mixed precision.
+//
+// Note [Storage versions and release points]
+//   Frameworks write tensors in place (relu_, add_, out= forms, gradient accumulation) and free
+//   memory when their own references go, not at the last read. The IR keeps "every transient tensor
+//   is written once" and expresses both as tensor fields (trace format v2 reads them):
+//   - `overwrites`: this tensor is a new version of another's storage, written by its producer (which
+//     reads the old version). The old version may not be read after that. Like `inplace_capable`,
+//     it lets the new version take over the old one's buffer when the old one dies at the producer
+//     (Graph::in_place_sources), so a storage's chain of versions is one buffer.
+//   - `free_after`: the tensor lives through that step (its last use is at least there), so the
+//     analysis, the planners and the executor hold it as the framework does.
+//   Several forward/backward passes in one iteration (gradient accumulation) need no field: ops
+//   carry their phase, and a weight gradient accumulated over passes is a chain of versions.
 #pragma once
 
 #include <cstdint>
@@ -159,6 +172,12 @@ struct Tensor {
   uint64_t bytes = 0;  // storage size; for trace-imported tensors the only size known
   // For gradients: the tensor this is the gradient of (kNoTensor otherwise).
   TensorId grad_of = kNoTensor;
+  // Storage versions (Note [Storage versions and release points]): the tensor whose storage this
+  // one's producer writes in place, making this tensor its new version; kNoTensor for a fresh one.
+  TensorId overwrites = kNoTensor;
+  // The framework's own release point: the tensor stays allocated through this step even when no
+  // op reads it there; kNoOp (the default) frees it after its last use.
+  OpId free_after = kNoOp;
 
   bool persistent() const {
     return role == TensorRole::kWeight || role == TensorRole::kWeightCopy || role == TensorRole::kOptimizerState;
@@ -206,10 +225,13 @@ struct Graph {
   const Tensor& tensor(TensorId id) const { return tensors[static_cast<size_t>(id)]; }
   const Op& op(OpId id) const { return ops[static_cast<size_t>(id)]; }
 
-  // The structural half of the in-place rule: `op` is inplace_capable and its first input and
-  // first output are distinct transient tensors of equal byte size, the input not a data input.
-  // The other half, that the input dies at this op, depends on the schedule and is the caller's.
-  bool may_write_in_place(const Op& op) const;
+  // The structural half of the in-place rule, per output of `op`: the input whose buffer output k
+  // may take over, or kNoTensor. The first output of an inplace_capable op may take its first
+  // input's; any output may take the tensor it `overwrites` (a new version of a storage). The two
+  // tensors must be distinct transient tensors of equal byte size, the input not a data input, and
+  // no input is taken by two outputs (the earlier output wins). The other half of the rule, that the
+  // input dies at this op, depends on the schedule and is the caller's.
+  std::vector<TensorId> in_place_sources(const Op& op) const;
 
   // Structural validation: ids in range, each transient tensor produced exactly once and before
   // its first use, inputs exist at the start, persistent tensors never produced by forward or

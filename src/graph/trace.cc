@@ -6,7 +6,9 @@
 //   names it; parse_trace() is the only place that catches (nlohmann's exceptions included), so
 //   the readers need no error plumbing and nothing escapes the public functions.
 // - Tensors are read first, mapping the file's ids to dense ids in file order; ops resolve their
-//   tensor references through that map. Structure (produce before use, one producer, persistent
+//   tensor references through that map. A view (version 2) maps to its storage's dense id and adds
+//   no tensor: the graph is over storages and their versions, which is what memory is held by; a
+//   view's byte count survives only in the derived bytes_read of the ops that name it. Structure (produce before use, one producer, persistent
 //   tensors written only by updates) is left to Graph::validate(), the same check every built
 //   graph passes, so a trace cannot mean something a built graph could not.
 // - Sums the rest of Ferry takes (bytes of all tensors, flops and bytes over all ops) are checked
@@ -35,6 +37,7 @@
 #include <nlohmann/json.hpp>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 #include <variant>
 
 #include "common/file_io.h"
@@ -317,7 +320,7 @@ class TraceReader {
   }
 
  private:
-  static void read_header(const Json& root) {
+  void read_header(const Json& root) {
     const Json* format = find_field(root, "format");
     if (format == nullptr)
       fail("", fmt::format("missing required field 'format' (a Ferry trace starts with \"format\": \"{}\")",
@@ -326,9 +329,19 @@ class TraceReader {
       fail("format", fmt::format("expected \"{}\", got {}", kTraceFormatName, describe(*format)));
     const Json& version = require_field(root, "", "version");
     if (!version.is_number_integer()) fail("version", "expected an integer, got " + describe(version));
-    if (!(version.is_number_unsigned() && version.get<uint64_t>() == kTraceVersion))
-      fail("version", fmt::format("unsupported trace version {} (this build of Ferry reads version {})",
+    if (!(version.is_number_unsigned() && version.get<uint64_t>() >= 1 &&
+          version.get<uint64_t>() <= static_cast<uint64_t>(kTraceVersion)))
+      fail("version", fmt::format("unsupported trace version {} (this build of Ferry reads versions 1 to {})",
                                   describe(version), kTraceVersion));
+    version_ = version.get<int>();
+  }
+
+  // A version-2 field in a version-1 trace is an error that says so, not "unknown field".
+  void check_version2(const Json& entry, const std::string& where, std::initializer_list<const char*> keys) const {
+    if (version_ >= 2) return;
+    for (const char* k : keys)
+      if (find_field(entry, k) != nullptr)
+        fail(field(where, k), "this field is part of trace format version 2; the trace says \"version\": 1");
   }
 
   void read_info(const Json& info) {
@@ -370,44 +383,99 @@ class TraceReader {
     expect_array(tensors, "tensors");
     check_count(tensors, "tensors");
     g_.tensors.reserve(tensors.size());
-    std::vector<std::optional<uint64_t>> grad_of(tensors.size());
+    // Fields naming tensors may name ones listed later, so they are resolved once all ids are known.
+    std::vector<std::pair<size_t, uint64_t>> grad_of, overwrites;  // (dense id, file id)
+    std::vector<std::pair<size_t, uint64_t>> free_after;            // (dense id, op index)
+    std::vector<std::string> where_of;                              // per dense id, for messages
     uint64_t total_bytes = 0;
     for (size_t i = 0; i < tensors.size(); ++i) {
       const Json& entry = tensors[i];
       const std::string path = element("tensors", i);
       Tensor t;
-      t.id = static_cast<TensorId>(i);
+      t.id = static_cast<TensorId>(g_.tensors.size());
       t.name = read_entry_name(entry, path);
       const std::string where = named(path, t.name);
-      check_fields(entry, where, {"id", "name", "bytes", "role", "shape", "dtype", "grad_of"});
-
+      check_version2(entry, where, {"view_of", "offset", "overwrites", "free_after"});
       const uint64_t file_id = read_uint(require_field(entry, where, "id"), field(where, "id"));
-      auto [it, inserted] = id_map_.emplace(file_id, t.id);
-      if (!inserted)
-        fail(field(where, "id"), fmt::format("duplicate tensor id {} (also the id of tensors[{}] ({}))", file_id,
-                                             it->second, in_quotes(g_.tensors[it->second].name)));
+      if (find_field(entry, "view_of") != nullptr) {
+        read_view(entry, where, file_id, t.name);
+        continue;
+      }
+      check_fields(entry, where, {"id", "name", "bytes", "role", "shape", "dtype", "grad_of", "overwrites", "free_after"});
+      add_id(file_id, t.id, where);
       t.role = read_enum(require_field(entry, where, "role"), field(where, "role"), role_from_string, kAllRoles,
                          "tensor role");
       if (const Json* v = find_field(entry, "dtype"))
         t.dtype = read_enum(*v, field(where, "dtype"), dtype_from_string, kAllDTypes, "dtype");
-
-      t.bytes = read_uint(require_field(entry, where, "bytes"), field(where, "bytes"));
-      if (t.bytes > kMaxTraceTensorBytes)
-        fail(field(where, "bytes"), fmt::format("{} bytes is over the limit of {} ({} bytes) for one tensor", t.bytes,
-                                                format_bytes(kMaxTraceTensorBytes), kMaxTraceTensorBytes));
+      t.bytes = read_bytes(entry, where);
       if (const Json* shape = find_field(entry, "shape")) read_shape(*shape, where, t);
+      named_bytes_[file_id] = t.bytes;
 
-      if (const Json* v = find_field(entry, "grad_of")) grad_of[i] = read_uint(*v, field(where, "grad_of"));
+      if (const Json* v = find_field(entry, "grad_of")) grad_of.emplace_back(t.id, read_uint(*v, field(where, "grad_of")));
+      if (const Json* v = find_field(entry, "overwrites"))
+        overwrites.emplace_back(t.id, read_uint(*v, field(where, "overwrites")));
+      if (const Json* v = find_field(entry, "free_after"))
+        free_after.emplace_back(t.id, read_uint(*v, field(where, "free_after")));
       std::optional<uint64_t> sum = checked_add(total_bytes, t.bytes);
       if (!sum) fail(field(where, "bytes"), fmt::format("the bytes of tensors[0..{}] overflow a 64-bit sum", i));
       total_bytes = *sum;
+      where_of.push_back(where);
       g_.tensors.push_back(std::move(t));
     }
-    // grad_of may name a tensor listed later, so it is resolved once all ids are known.
-    for (size_t i = 0; i < tensors.size(); ++i)
-      if (grad_of[i])
-        g_.tensors[i].grad_of =
-            resolve(*grad_of[i], field(named(element("tensors", i), g_.tensors[i].name), "grad_of"));
+    for (const auto& [t, id] : grad_of) g_.tensors[t].grad_of = resolve(id, field(where_of[t], "grad_of"));
+    for (const auto& [t, id] : overwrites) g_.tensors[t].overwrites = resolve(id, field(where_of[t], "overwrites"));
+    for (const auto& [t, op] : free_after) {
+      if (op >= static_cast<uint64_t>(std::numeric_limits<int32_t>::max()))
+        fail(field(where_of[t], "free_after"), fmt::format("{} is not an op index", op));
+      g_.tensors[t].free_after = static_cast<OpId>(op);  // checked against the ops by validate()
+    }
+  }
+
+  void add_id(uint64_t file_id, TensorId dense, const std::string& where) {
+    auto [it, inserted] = id_map_.emplace(file_id, dense);
+    if (!inserted)
+      fail(field(where, "id"), fmt::format("duplicate tensor id {} (also the id of {})", file_id, first_where_[file_id]));
+    first_where_[file_id] = where;
+  }
+
+  static uint64_t read_bytes(const Json& entry, const std::string& where) {
+    const uint64_t bytes = read_uint(require_field(entry, where, "bytes"), field(where, "bytes"));
+    if (bytes > kMaxTraceTensorBytes)
+      fail(field(where, "bytes"), fmt::format("{} bytes is over the limit of {} ({} bytes) for one tensor", bytes,
+                                              format_bytes(kMaxTraceTensorBytes), kMaxTraceTensorBytes));
+    return bytes;
+  }
+
+  // A view (version 2): bytes [offset, offset + bytes) of the storage of an earlier tensor. It
+  // allocates nothing and is no tensor of the graph: every field naming it names that storage's
+  // tensor, and only its byte count survives, in the derived bytes_read of the ops that read it.
+  void read_view(const Json& entry, const std::string& where, uint64_t file_id, const std::string& name) {
+    check_fields(entry, where, {"id", "name", "view_of", "offset", "bytes", "role", "shape", "dtype"});
+    const uint64_t base_file = read_uint(require_field(entry, where, "view_of"), field(where, "view_of"));
+    auto base = id_map_.find(base_file);
+    if (base == id_map_.end())
+      fail(field(where, "view_of"), fmt::format("{} is not the id of an earlier tensor", base_file));
+    const Tensor& root = g_.tensors[static_cast<size_t>(base->second)];
+    Tensor t;  // for the shape check only
+    t.name = name;
+    if (const Json* v = find_field(entry, "dtype"))
+      t.dtype = read_enum(*v, field(where, "dtype"), dtype_from_string, kAllDTypes, "dtype");
+    t.bytes = read_bytes(entry, where);
+    if (const Json* shape = find_field(entry, "shape")) read_shape(*shape, where, t);
+    if (const Json* v = find_field(entry, "role")) {
+      const TensorRole role = read_enum(*v, field(where, "role"), role_from_string, kAllRoles, "tensor role");
+      if (role != root.role)
+        fail(field(where, "role"), fmt::format("a view has its storage's role, {} (of {}), not {}",
+                                               to_string(root.role), in_quotes(root.name), to_string(role)));
+    }
+    uint64_t offset = 0;
+    if (const Json* v = find_field(entry, "offset")) offset = read_uint(*v, field(where, "offset"));
+    if (offset > root.bytes || t.bytes > root.bytes - offset)
+      fail(where, fmt::format("the view's {} bytes at offset {} lie outside its storage {} of {} bytes", t.bytes,
+                              offset, in_quotes(root.name), root.bytes));
+    add_id(file_id, base->second, where);
+    named_bytes_[file_id] = t.bytes;
+    views_.insert(file_id);
   }
 
   // Reads `shape` into t.shape and checks it against t.bytes: a shape is a claim about the size,
@@ -457,10 +525,12 @@ class TraceReader {
       op.type = *t;
       op.phase = read_enum(require_field(entry, where, "phase"), field(where, "phase"), phase_from_string, kAllPhases,
                            "phase");
-      op.inputs = read_tensor_list(require_field(entry, where, "inputs"), field(where, "inputs"));
-      op.outputs = read_tensor_list(require_field(entry, where, "outputs"), field(where, "outputs"));
+      std::vector<uint64_t> read_ids, written_ids;
+      op.inputs = read_tensor_list(require_field(entry, where, "inputs"), field(where, "inputs"), read_ids, false);
+      op.outputs =
+          read_tensor_list(require_field(entry, where, "outputs"), field(where, "outputs"), written_ids, true);
       if (const Json* v = find_field(entry, "time_us")) op.time_us = read_time_us(*v, field(where, "time_us"));
-      read_counters(entry, where, op);
+      read_counters(entry, where, op, read_ids, written_ids);
       if (const Json* v = find_field(entry, "forward_op")) op.forward_op = read_forward_op(*v, where, i);
       if (const Json* v = find_field(entry, "inplace")) op.inplace_capable = read_bool(*v, field(where, "inplace"));
       if (const Json* v = find_field(entry, "attrs")) read_attrs(*v, field(where, "attrs"), op.attrs);
@@ -478,30 +548,43 @@ class TraceReader {
     }
   }
 
-  std::vector<TensorId> read_tensor_list(const Json& list, const std::string& path) const {
+  // The dense ids of a list of tensor ids; `file_ids` gets the ids as written (views included).
+  std::vector<TensorId> read_tensor_list(const Json& list, const std::string& path, std::vector<uint64_t>& file_ids,
+                                         bool outputs) const {
     expect_array(list, path);
     std::vector<TensorId> ids;
     ids.reserve(list.size());
     for (size_t k = 0; k < list.size(); ++k) {
       const std::string p = element(path, k);
-      ids.push_back(resolve(read_uint(list[k], p), p));
+      const uint64_t id = read_uint(list[k], p);
+      if (outputs && views_.contains(id))
+        fail(p, fmt::format("{} is a view; an op writes whole tensors (an in-place write makes a new version of "
+                            "the storage: a tensor with \"overwrites\")",
+                            id));
+      ids.push_back(resolve(id, p));
+      file_ids.push_back(id);
     }
     return ids;
   }
 
   // flops and macs default to 0 (a trace need not know them); bytes_read and bytes_written
-  // default to the bytes of the distinct tensors the op reads and writes.
-  void read_counters(const Json& entry, const std::string& where, Op& op) const {
+  // default to the bytes of the distinct tensors (or views) the op names.
+  void read_counters(const Json& entry, const std::string& where, Op& op, std::vector<uint64_t> read_ids,
+                     std::vector<uint64_t> written_ids) const {
     if (const Json* v = find_field(entry, "flops")) op.flops = read_uint(*v, field(where, "flops"));
     if (const Json* v = find_field(entry, "macs")) op.macs = read_uint(*v, field(where, "macs"));
-    const std::array<std::tuple<const char*, uint64_t*, const std::vector<TensorId>*>, 2> sizes = {
-        {{"bytes_read", &op.bytes_read, &op.inputs}, {"bytes_written", &op.bytes_written, &op.outputs}}};
+    const std::array<std::tuple<const char*, uint64_t*, std::vector<uint64_t>*>, 2> sizes = {
+        {{"bytes_read", &op.bytes_read, &read_ids}, {"bytes_written", &op.bytes_written, &written_ids}}};
     for (const auto& [key, out, ids] : sizes) {
       if (const Json* v = find_field(entry, key)) {
         *out = read_uint(*v, field(where, key));
         continue;
       }
-      std::optional<uint64_t> derived = distinct_bytes(g_.tensors, *ids);
+      std::sort(ids->begin(), ids->end());
+      ids->erase(std::unique(ids->begin(), ids->end()), ids->end());
+      std::optional<uint64_t> derived = 0;
+      for (uint64_t id : *ids)
+        if (derived) derived = checked_add(*derived, named_bytes_.at(id));
       if (!derived)
         fail(where, fmt::format("{} is absent and the bytes of the op's tensors overflow a 64-bit sum", key));
       *out = *derived;
@@ -553,7 +636,11 @@ class TraceReader {
   }
 
   Graph g_;
-  std::unordered_map<uint64_t, TensorId> id_map_;  // id in the file -> dense id
+  int version_ = 1;
+  std::unordered_map<uint64_t, TensorId> id_map_;       // id in the file -> dense id (a view's: its storage's)
+  std::unordered_map<uint64_t, std::string> first_where_;  // id in the file -> the entry that has it
+  std::unordered_map<uint64_t, uint64_t> named_bytes_;  // id in the file -> its bytes (a view's range)
+  std::unordered_set<uint64_t> views_;                  // ids in the file that are views
 };
 
 // "invalid JSON at byte offset 57 (line 3, column 12): syntax error while parsing ..."
@@ -587,6 +674,8 @@ OrderedJson tensor_to_json(const Tensor& t) {
   if (!t.shape.empty()) j["shape"] = t.shape;
   j["bytes"] = t.bytes;
   if (t.grad_of != kNoTensor) j["grad_of"] = t.grad_of;
+  if (t.overwrites != kNoTensor) j["overwrites"] = t.overwrites;
+  if (t.free_after != kNoOp) j["free_after"] = t.free_after;
   return j;
 }
 
@@ -719,6 +808,12 @@ Result<Graph> parse_trace(std::string_view json_text, std::string_view source_na
   }
 }
 
+int trace_version_needed(const Graph& g) {
+  for (const Tensor& t : g.tensors)
+    if (t.overwrites != kNoTensor || t.free_after != kNoOp) return 2;
+  return 1;
+}
+
 Result<Graph> load_trace(const std::string& path) {
   // A path that does not name a readable regular file, or one over the size limit, is bad input
   // (exit code 2); a read that fails part-way is an I/O error.
@@ -744,7 +839,7 @@ std::string to_trace_json(const Graph& g, bool pretty) {
     out += nl;
   };
   scalar("format", std::string(kTraceFormatName));
-  scalar("version", kTraceVersion);
+  scalar("version", trace_version_needed(g));
   scalar("model", g.info.model);
   OrderedJson info;
   info["batch"] = g.info.batch;
@@ -808,7 +903,9 @@ std::string graph_difference(const Graph& a, const Graph& b) {
     d.differ(p + ".dtype", x.dtype, y.dtype);
     d.differ(p + ".role", x.role, y.role);
     d.differ(p + ".bytes", x.bytes, y.bytes);
-    if (d.differ(p + ".grad_of", x.grad_of, y.grad_of)) return d.result();
+    d.differ(p + ".grad_of", x.grad_of, y.grad_of);
+    d.differ(p + ".overwrites", x.overwrites, y.overwrites);
+    if (d.differ(p + ".free_after", x.free_after, y.free_after)) return d.result();
   }
   if (d.differ("ops.size", a.ops.size(), b.ops.size())) return d.result();
   for (size_t i = 0; i < a.ops.size(); ++i) {

@@ -1,4 +1,4 @@
-// Trace files: one training iteration as JSON ("ferry-trace", version 1), so that iterations
+// Trace files: one training iteration as JSON ("ferry-trace", versions 1 and 2), so that iterations
 // recorded elsewhere (another framework, a real GPU) can be analysed and planned, and so that any
 // Ferry graph can be exported. The format is specified in docs/trace-format.md; the example
 // docs/examples/tiny-trace.json is a complete 3-layer MLP.
@@ -24,7 +24,9 @@
 namespace ferry {
 
 inline constexpr std::string_view kTraceFormatName = "ferry-trace";
-inline constexpr int kTraceVersion = 1;
+// The newest version this build reads (it reads every version from 1). Version 2 adds views,
+// storage versions (in-place writes) and release points (docs/trace-format.md).
+inline constexpr int kTraceVersion = 2;
 // Limits that reject absurd inputs before they reach code that sums or allocates by them.
 inline constexpr uint64_t kMaxTraceTextBytes = uint64_t{1} << 30;    // 1 GiB of JSON
 inline constexpr uint64_t kMaxTraceTensorBytes = uint64_t{1} << 50;  // 1 PiB for one tensor
@@ -41,7 +43,12 @@ Result<Graph> parse_trace(std::string_view json_text, std::string_view source_na
 // malformed (the message starts with `path`); IoError when reading fails part-way.
 Result<Graph> load_trace(const std::string& path);
 
-// Serialises `g` (which should validate) as a version-1 trace; compact, or with one tensor or op
+// The version to_trace_json writes for `g`: 1 unless a tensor overwrites another or has a release
+// point (version 2), so that graphs that need nothing new stay readable by older builds.
+int trace_version_needed(const Graph& g);
+
+// Serialises `g` (which should validate) as a trace of trace_version_needed(g); views, which the
+// reader resolves to their storage's tensor, are not written back. Compact, or with one tensor or op
 // per line when `pretty`. Fields equal to their defaults are left out. parse_trace() of the
 // result gives a Graph equal to `g` in every field (see graph_difference()), provided every
 // number is finite and every shaped tensor's bytes equal its element count times its dtype size.

@@ -242,6 +242,10 @@ class Checkmate {
   }
 
   Status prepare() {
+    if (!f_.single_pass)
+      return Status::Unsupported(
+          "checkmate's formulation (forward stages, then backward stages) needs one forward/backward pass; this "
+          "iteration has several (gradient accumulation): use --policy ferry, which plans every pass");
     if (g_.ops.size() > ctx_.options.checkmate_max_ops)
       return Status::Unsupported(fmt::format("graph too large for checkmate ({} ops > limit {})", g_.ops.size(),
                                              ctx_.options.checkmate_max_ops));

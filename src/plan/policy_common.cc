@@ -265,6 +265,8 @@ Result<PlanFacts> make_plan_facts(const PlanContext& ctx) {
           fmt::format("op '{}' (step {}) has time {} us; op times must be finite and >= 0", op.name, op.id, us));
   }
   while (f.num_forward < static_cast<OpId>(g.ops.size()) && g.op(f.num_forward).phase == Phase::kForward) ++f.num_forward;
+  for (OpId i = f.num_forward; i < static_cast<OpId>(g.ops.size()); ++i)
+    if (g.op(i).phase == Phase::kForward) f.single_pass = false;
   Schedule keep = Schedule::keep_all(g.ops.size());
   keep.policy = "none";
   FERRY_ASSIGN_OR_RETURN(PlanMeasure m, measure_schedule(f, keep));

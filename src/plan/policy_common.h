@@ -41,7 +41,11 @@ struct PlanFacts {
   Analysis analysis;                  // uses, lifetimes, in-place buffers of the keep plan
   std::vector<OpId> producer;         // per tensor: the op producing it (kNoOp: input, persistent)
   std::vector<double> op_us;          // per op: the cost model's time
-  OpId num_forward = 0;               // ops [0, num_forward) are the forward phase
+  OpId num_forward = 0;               // ops [0, num_forward) are the forward phase (of the first pass)
+  // Every forward op comes before every backward op: one forward/backward pass. False for an
+  // iteration of several passes (gradient accumulation, trace format v2), whose later passes the
+  // seed policies' "the turn of the iteration" does not describe.
+  bool single_pass = true;
   ProgramOptions program_options;     // scratch and in-place, as the simulator lowers
   uint64_t alignment = 64;
   uint64_t none_device_bytes = 0;     // device bytes of the keep plan (policy none)

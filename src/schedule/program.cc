@@ -136,13 +136,19 @@ class Lowering {
       }
     }
     death_.assign(g_.tensors.size(), kNever);
+    released_.assign(num_ops(), {});
     for (const Tensor& t : g_.tensors) {
       if (t.persistent() || t.id == g_.loss) continue;
       const OpId p = producer_[static_cast<size_t>(t.id)];
       if (t.role != TensorRole::kInput && p == kNoOp) continue;  // never exists
       const Pos birth = t.role == TensorRole::kInput ? pos(0, kOp) : pos(p, kOp);
       const Pos last = last_read_[static_cast<size_t>(t.id)];
-      death_[static_cast<size_t>(t.id)] = last == kNever ? birth : std::max(last, birth);
+      Pos& death = death_[static_cast<size_t>(t.id)];
+      death = last == kNever ? birth : std::max(last, birth);
+      if (t.free_after != kNoOp) {  // the framework's release point (graph.h)
+        death = std::max(death, pos(t.free_after, kOp));
+        released_[static_cast<size_t>(t.free_after)].push_back(t.id);
+      }
     }
     return Status::Ok();
   }
@@ -218,9 +224,13 @@ class Lowering {
     return Status::Ok();
   }
 
-  bool in_place(const Op& op) const {
-    if (!o_.allow_inplace || !g_.may_write_in_place(op)) return false;
-    return death_[static_cast<size_t>(op.inputs[0])] == pos(op.id, kOp);
+  // Per output of `op`: the input whose block it takes over (in-place), or kNoTensor.
+  std::vector<TensorId> in_place(const Op& op) const {
+    if (!o_.allow_inplace) return std::vector<TensorId>(op.outputs.size(), kNoTensor);
+    std::vector<TensorId> sources = g_.in_place_sources(op);
+    for (TensorId& in : sources)
+      if (in != kNoTensor && death_[static_cast<size_t>(in)] != pos(op.id, kOp)) in = kNoTensor;
+    return sources;
   }
 
   Status emit_op(const Op& op) {
@@ -229,7 +239,7 @@ class Lowering {
       if (st_[static_cast<size_t>(t)].state != State::kOnDevice)
         return Status::InvalidArgument(fmt::format("schedule '{}': op '{}' (step {}) reads '{}' but {}", s_.policy,
                                                    op.name, i, tname(t), absence(t)));
-    const bool inplace = in_place(op);
+    const std::vector<TensorId> inherit = in_place(op);
     for (size_t k = 0; k < op.outputs.size(); ++k) {
       const TensorId t = op.outputs[k];
       TensorState& ts = st_[static_cast<size_t>(t)];
@@ -241,8 +251,8 @@ class Lowering {
         continue;
       }
       FERRY_CHECK(ts.state == State::kUnborn, "tensor '{}' produced twice", tname(t));
-      if (k == 0 && inplace) {
-        const TensorId in = op.inputs[0];
+      if (inherit[k] != kNoTensor) {
+        const TensorId in = inherit[k];
         push_alloc(i, t, false, in);
         st_[static_cast<size_t>(in)].state = State::kDead;
         st_[static_cast<size_t>(in)].copy = {false, false};
@@ -254,7 +264,8 @@ class Lowering {
     if (scratch(i) > 0) push({.kind = InstrKind::kAllocScratch, .step = i, .op = i, .bytes = scratch(i)});
     push({.kind = InstrKind::kRun, .step = i, .op = i});
     if (scratch(i) > 0) push({.kind = InstrKind::kFreeScratch, .step = i, .op = i, .bytes = scratch(i)});
-    // Deaths at this op: inputs in input order, then outputs, then (step 0) unread data inputs.
+    // Deaths at this op: inputs in input order, then outputs, then (step 0) unread data inputs,
+    // then tensors released here (free_after) in id order.
     auto dies_here = [&](TensorId t) {
       return death_[static_cast<size_t>(t)] == pos(i, kOp) && st_[static_cast<size_t>(t)].state == State::kOnDevice;
     };
@@ -265,6 +276,8 @@ class Lowering {
     if (i == 0)
       for (const Tensor& t : g_.tensors)
         if (t.role == TensorRole::kInput && dies_here(t.id)) kill(i, t.id);
+    for (TensorId t : released_[static_cast<size_t>(i)])
+      if (dies_here(t)) kill(i, t);
     return Status::Ok();
   }
 
@@ -386,6 +399,7 @@ class Lowering {
   std::vector<OpId> producer_;
   std::vector<Pos> last_read_;
   std::vector<Pos> death_;
+  std::vector<std::vector<TensorId>> released_;  // per step: tensors whose free_after is that step
   std::vector<TensorState> st_;
   std::vector<int8_t> home_;  // per tensor: tier index of an offloaded persistent tensor, or -1
 };

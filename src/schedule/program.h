@@ -7,13 +7,14 @@
 //   prologue (step 0): kAlloc of every persistent tensor in tensor-id order, then of every data
 //                      input in tensor-id order.
 //   step i:            before[i] actions, in order
-//                      kAlloc of op i's transient outputs in output order (the first may inherit
-//                        its first input's block: in-place, below)
+//                      kAlloc of op i's transient outputs in output order (an output may
+//                        inherit an input's block: in-place, below)
 //                      kAllocScratch(i) when op i has scratch
 //                      kRun(i)
 //                      kFreeScratch(i)
 //                      kFree of the tensors whose last use is op i: its inputs in input order,
-//                        then outputs that nobody reads (not the loss)
+//                        then outputs that nobody reads (not the loss), then tensors whose
+//                        release point (free_after) is op i, in id order
 //                      after[i] actions, in order
 //   Persistent tensors and the loss are never freed: they are still allocated after the last
 //   instruction (the caller reads the loss, then frees it before the next iteration). Offloaded
@@ -43,9 +44,10 @@
 // - Persistent tensors and the loss must be on the device when the iteration ends, except
 //   offloaded persistent tensors, which must be off it with a valid copy in their tier. Only
 //   offloaded persistent tensors may be released.
-// - In-place (ProgramOptions::allow_inplace): op i's first output takes over its first input's
-//   block, with no kAlloc of its own, under the rule of analysis.h (inplace_capable op, input
-//   transient and not a data input, equal byte sizes) when the input's last use is op i itself.
+// - In-place (ProgramOptions::allow_inplace): an output of op i takes over an input's block (its
+//   kAlloc inherits it) under the rule of analysis.h (Graph::in_place_sources: the first output of
+//   an inplace_capable op, or an output that overwrites the input) when the input's last use is
+//   op i itself.
 //
 // Timing rules the interpreters share (the program itself is timing-free)
 // - kRun waits for every tensor it reads to be ready (a swap-in in flight) and for any swap-out

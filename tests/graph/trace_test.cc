@@ -357,9 +357,11 @@ TEST(TraceErrors, NotAFerryTrace) {
 
 TEST(TraceErrors, WrongVersion) {
   Json doc = base_trace();
-  doc["version"] = 2;
+  doc["version"] = 3;
   EXPECT_CONTAINS(error_of_doc(doc),
-                  "trace.json: version: unsupported trace version 2 (this build of Ferry reads version 1)");
+                  "trace.json: version: unsupported trace version 3 (this build of Ferry reads versions 1 to 2)");
+  doc["version"] = 0;
+  EXPECT_CONTAINS(error_of_doc(doc), "unsupported trace version 0");
   doc["version"] = "1";
   EXPECT_CONTAINS(error_of_doc(doc), "version: expected an integer, got \"1\"");
   doc.erase("version");

@@ -214,6 +214,34 @@ def test_recorded_trace_round_trips_through_ferry_analyze(tmp_path):
     assert abs(predicted - measured) <= 0.02 * measured, (predicted, measured)
 
 
+def test_recorded_trace_is_v2_with_storage_versions_and_byte_ranges(tmp_path):
+    """The quirky model's trace says what v1 could not: in-place writes as versions of a storage
+    (`overwrites`) and partial reads as views with byte ranges; Ferry reads it back."""
+    case = CASES["quirky"]
+    model = case.build(0)
+    inputs, targets = case.batch(0)
+    path = tmp_path / "quirky.trace.json"
+    trace = ft.record(model, inputs, str(path), loss_fn=lambda out: case.loss_fn(out, targets))
+    assert trace["version"] == 2
+    by_id = {t["id"]: t for t in trace["tensors"]}
+    versions = [t for t in trace["tensors"] if "overwrites" in t]
+    views = [t for t in trace["tensors"] if "view_of" in t]
+    assert len(versions) >= 2 and views  # relu_, mul_, add_ through a view; slices
+    for t in versions:
+        old = by_id[t["overwrites"]]
+        assert old["bytes"] == t["bytes"] and "view_of" not in old
+        producer = next(op for op in trace["ops"] if t["id"] in op["outputs"])
+        # The op reads the old version, maybe through a view (add_ through a view of u).
+        assert t["overwrites"] in [by_id[i].get("view_of", i) for i in producer["inputs"]]
+    assert any(v["offset"] > 0 and v["bytes"] < by_id[v["view_of"]]["bytes"] for v in views)
+    graph_tensors = [t for t in trace["tensors"] if "view_of" not in t]
+    assert max(t["id"] for t in graph_tensors) < min(v["id"] for v in views), "views come after graph tensors"
+    out = subprocess.run([os.environ["FERRY_BINARY"], "analyze", "--trace", str(path), "--json"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["ops"] == len(trace["ops"])
+
+
 def test_unsupported_tensors_are_named():
     model = torch.nn.Linear(4, 4)
     model.weight = torch.nn.Parameter(torch.randn(4, 4).to_sparse())
