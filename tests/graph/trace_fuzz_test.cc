@@ -238,9 +238,31 @@ bool check_mutant(const std::string& text, Outcome& outcome) {
          msg.find('\n') == std::string::npos;
 }
 
+// Version 2: a view of a view, a version on a second output, a release point.
+constexpr const char* kV2Trace = R"({
+  "format": "ferry-trace", "version": 2, "model": "v2",
+  "tensors": [
+    {"id": 9, "name": "x", "role": "input", "bytes": 256},
+    {"id": 1, "name": "a", "role": "activation", "bytes": 1024},
+    {"id": 2, "name": "a.v", "view_of": 1, "offset": 256, "bytes": 512},
+    {"id": 4, "name": "b", "role": "activation", "bytes": 64},
+    {"id": 5, "name": "a2", "role": "activation", "bytes": 1024, "overwrites": 1},
+    {"id": 7, "name": "a2.v", "view_of": 5, "offset": 256, "bytes": 512},
+    {"id": 3, "name": "a2.vv", "view_of": 7, "offset": 512, "bytes": 128, "shape": [32]},
+    {"id": 6, "name": "d", "role": "gradient", "bytes": 64, "grad_of": 4, "free_after": 3}
+  ],
+  "ops": [
+    {"name": "f", "type": "opaque", "phase": "forward", "inputs": [9], "outputs": [1]},
+    {"name": "g", "type": "opaque", "phase": "forward", "inputs": [2, 1], "outputs": [4, 5]},
+    {"name": "h", "type": "opaque", "phase": "backward", "inputs": [4, 5], "outputs": [6]},
+    {"name": "k", "type": "opaque", "phase": "backward", "inputs": [3], "outputs": []}
+  ],
+  "loss": 4
+})";
+
 TEST(TraceFuzz, RandomMutationsNeverCrashAndAlwaysExplain) {
   std::vector<std::string> seeds = {read_file(std::string(FERRY_SOURCE_DIR) + "/docs/examples/tiny-trace.json"),
-                                    kRichTrace};
+                                    kRichTrace, kV2Trace};
   for (const std::string& s : std::vector<std::string>(seeds)) {
     Result<Graph> g = parse_trace(s, "seed.json");
     ASSERT_TRUE(g.ok()) << g.status().message();
