@@ -145,20 +145,22 @@ class Recording:
             out.append(ok and not (touched & self.superseded))
         return out
 
-    def trace(self, model_name, optimizer_state=(), persistent_grads=()):
-        """The iteration as a Ferry trace (dict, format v1), with one update op for the optimizer.
+    def trace(self, model_name, updates=()):
+        """The iteration as a Ferry trace (dict, format v2), with one update op per parameter.
 
-        optimizer_state: (name, bytes) of each optimizer state storage; persistent_grads: graph ids
-        of the weight gradients the update reads.
+        updates: update_groups(...): per parameter, its weight and gradient ids and its optimizer
+        state, which gets graph ids after the recording's tensors.
         """
         tensors = [dict(t) for t in self.tensors]
         ops = [dict(o) for o in self.ops]
-        weights = [t["id"] for t in tensors if t["role"] == "weight"]
-        state = []
-        for name, nbytes in optimizer_state:
-            tid = len(tensors)
-            tensors.append({"id": tid, "name": name, "role": "optimizer_state", "bytes": int(nbytes)})
-            state.append(tid)
+        update_ops = []
+        for name, wid, gid, state in updates:
+            sids = []
+            for state_name, nbytes in state:
+                sids.append(len(tensors))
+                tensors.append({"id": sids[-1], "name": state_name, "role": "optimizer_state", "bytes": int(nbytes)})
+            update_ops.append({"name": f"optimizer.step[{name}]", "type": "opaque", "phase": "update",
+                               "inputs": [wid] + sids + [gid], "outputs": [wid] + sids})
         views = {}  # (graph id, offset, bytes) -> view id, after every graph tensor
         for op, ranges in zip(ops, self.op_ranges):
             if not ranges:
@@ -168,22 +170,20 @@ class Recording:
                 for offset, nbytes in sorted(ranges.get(tid, ())):
                     key = (tid, offset, nbytes)
                     if key not in views:
-                        views[key] = len(self.tensors) + len(state) + len(views)
+                        views[key] = len(tensors)
                         tensors.append({"id": views[key], "name": f"{tensors[tid]['name']}[{offset}:{offset + nbytes}]",
                                         "view_of": tid, "offset": offset, "bytes": nbytes})
                     inputs.append(views[key])
                 if tid not in ranges:
                     inputs.append(tid)
             op["inputs"] = inputs
-        grads = sorted(persistent_grads)
-        if weights:
-            ops.append({"name": "optimizer.step", "type": "opaque", "phase": "update",
-                        "inputs": weights + state + grads, "outputs": weights + state})
-        return {"format": "ferry-trace", "version": 2, "model": model_name, "tensors": tensors, "ops": ops}
+        return {"format": "ferry-trace", "version": 2, "model": model_name, "tensors": tensors,
+                "ops": ops + update_ops}
 
-    def num_graph_tensors(self, optimizer_state=()):
-        """Tensors of the graph trace() makes (its views excluded): the recording's and the state's."""
-        return len(self.tensors) + len(optimizer_state)
+    @staticmethod
+    def num_graph_tensors(trace):
+        """Tensors of the graph a trace() makes (its views excluded): the recording's and the state's."""
+        return sum(1 for t in trace["tensors"] if "view_of" not in t)
 
 
 class Recorder(TorchDispatchMode):
@@ -348,15 +348,37 @@ class Recorder(TorchDispatchMode):
         self._new_bytes.append(sum(self.rec.tensors[t]["bytes"] for t in out_ids))
 
     def finish(self, parameters):
-        """Marks the storages that ended as parameters' .grad as weight gradients; returns their ids."""
+        """Marks the storages that ended as parameters' .grad as weight gradients; returns
+        {parameter name: graph id of its gradient}."""
         if not self._backward:
             self.rec.num_forward = len(self.rec.ops)
-        grads = set()
-        for _, p in parameters:
+        grads = {}
+        for name, p in parameters:
             if p.grad is None:
                 continue
             tid = self._current.get(storage_key(p.grad)[0])
             if tid is not None and self.rec.tensors[tid]["role"] in ("gradient", "activation"):
                 self.rec.tensors[tid]["role"] = "weight_gradient"
-                grads.add(tid)
+                grads[name] = tid
         return grads
+
+
+def update_groups(recording, parameters, optimizer, grads):
+    """What optimizer.step() touches, per parameter in the recording: (name, weight id, gradient id,
+    [(state name, bytes)] of its optimizer state). PyTorch 1.13's optimizers step the parameters of
+    CPU models one at a time (no foreach kernels by default), so each becomes one update op.
+    Parameters without a gradient are skipped, as the optimizers skip them."""
+    seen, groups = set(), []
+    for name, p in parameters:
+        wid = recording.weight_ids.get(storage_key(p)[0])
+        if wid is None or name not in grads:
+            continue
+        state = []
+        for key, value in (optimizer.state.get(p, {}) if optimizer is not None else {}).items():
+            if torch.is_tensor(value):
+                ptr, nbytes = storage_key(value)
+                if nbytes > 0 and ptr not in seen:
+                    seen.add(ptr)
+                    state.append((f"{name}.{key}", nbytes))
+        groups.append((name, wid, grads[name], state))
+    return groups

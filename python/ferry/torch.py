@@ -41,7 +41,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from ferry import _ferry, _measure
-from ferry._record import Recorder, Unsupported, call_op, storage_key
+from ferry._record import Recorder, Unsupported, call_op, storage_key, update_groups
 
 __all__ = ["Budget", "BudgetError", "Unsupported", "record"]
 
@@ -62,17 +62,6 @@ def _budget_bytes(budget):
             raise ValueError(f"budget must be positive, got {budget}")
         return budget
     return _ferry.parse_bytes(budget)
-
-
-def _optimizer_state(optimizer):
-    """(name, bytes) of every distinct storage in the optimizer's state."""
-    seen, out = set(), []
-    for value in _measure.optimizer_state_tensors(optimizer):
-        ptr, nbytes = storage_key(value)
-        if nbytes > 0 and ptr not in seen:
-            seen.add(ptr)
-            out.append((f"optimizer_state{len(out)}", nbytes))
-    return out
 
 
 def _check_no_grads(parameters):
@@ -412,7 +401,7 @@ class Budget:
         self.budget_bytes = _budget_bytes(budget)
         self.tier, self.ssd_dir, self.device = tier, ssd_dir or "", device
         self._recording = None
-        self._grads = set()
+        self._grads = {}
         self._plan = None
         self._engine = None
         self._steps = 0
@@ -528,12 +517,13 @@ class Budget:
         """The recorded iteration as a Ferry trace (dict), or None before the first step."""
         if self._recording is None:
             return None
-        return self._recording.trace(type(self.model).__name__, _optimizer_state(self.optimizer), self._grads)
+        updates = update_groups(self._recording, self._parameters(), self.optimizer, self._grads)
+        return self._recording.trace(type(self.model).__name__, updates)
 
     def _plan_for(self, budget_bytes):
         rec = self._recording
         graph = self.trace()
-        saved = [False] * rec.num_graph_tensors(_optimizer_state(self.optimizer))
+        saved = [False] * rec.num_graph_tensors(graph)
         for tid in rec.saved_ids():
             # Storages made in the step and then held only by autograd: data inputs and module
             # buffers stay referenced by the caller, so moving them would free nothing.
@@ -605,7 +595,7 @@ def record(model, inputs, path, loss_fn=None, optimizer=None):
         loss = loss_fn(out) if loss_fn is not None else out.sum()
         loss.backward()
     grads = recorder.finish(params)
-    trace = recorder.rec.trace(type(model).__name__, _optimizer_state(optimizer), grads)
+    trace = recorder.rec.trace(type(model).__name__, update_groups(recorder.rec, params, optimizer, grads))
     # Measured by the recorder, for people and tools; Ferry's reader ignores x_ fields. The step's
     # peak counts what existed before it (parameters, buffers, inputs, optimizer state) plus the
     # allocator's highest level above that during the step.

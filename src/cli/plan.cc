@@ -3,6 +3,7 @@
 // an SVG plot of device memory against the budget. Every figure is a prediction (simulated).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -94,8 +95,11 @@ Result<PlanSetup> set_up_plan(const PlanOptions& o) {
   FERRY_ASSIGN_OR_RETURN(s.tier, parse_tier(o.tier));
   FERRY_ASSIGN_OR_RETURN(s.backend_options, parse_backend_options(o.conv_algo));
   // On this machine's CPU backend, plan with its real sizes (blocked layouts, oneDNN scratch), so
-  // that predictions match `ferry train` byte for byte; elsewhere with the graph's logical sizes.
-  const bool local = s.hw.name.rfind("cpu", 0) == 0;
+  // that predictions match `ferry train` byte for byte; elsewhere, and for a trace with ops the
+  // backend cannot run (opaque ones, as recorded from PyTorch), with the graph's own sizes.
+  const bool runnable = std::none_of(s.graph.ops.begin(), s.graph.ops.end(),
+                                     [](const Op& op) { return op.type == OpType::kOpaque; });
+  const bool local = s.hw.name.rfind("cpu", 0) == 0 && runnable;
   FERRY_RETURN_IF_ERROR(check_option_used(*o.cmd, "--logical-sizes", local, "on a non-cpu device profile"));
   s.backend_sizes = local && !o.logical_sizes;
   FERRY_RETURN_IF_ERROR(check_option_used(*o.cmd, "--conv-algo", s.backend_sizes,

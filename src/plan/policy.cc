@@ -9,7 +9,8 @@
 //   budget-oblivious policy (what it moves does not depend on the budget) the answer is the
 //   device bytes of its one plan, found with one call. For lru and capuchin, whose feasibility
 //   is not monotone in the budget, a bisection finds a budget that fits and a scan below it in
-//   steps of 1% of the keep plan finds the lowest that fits on that grid. checkmate has its own
+//   steps of 1% of the keep plan finds the lowest that fits on that grid; then, while the plan at
+//   that budget needs less and the planner fits at its need, the need is the answer. checkmate has its own
 //   search (bisection only, see policy_checkmate.cc).
 
 #include <algorithm>
@@ -202,7 +203,17 @@ Result<uint64_t> min_budget(const Entry& e, const PlanContext& ctx, const PlanFa
   // ferry may offload weights and optimizer state: the persistent region is no floor for it.
   const bool offloads = e.info.name == "ferry" && !ctx.recompute_only;
   FERRY_ASSIGN_OR_RETURN(uint64_t found, bisect_min_budget(ctx, facts, fits, offloads));
-  return lowest_fit_below(ctx, facts, fits, found, offloads);
+  FERRY_ASSIGN_OR_RETURN(uint64_t lowest, lowest_fit_below(ctx, facts, fits, found, offloads));
+  // Off the grid: the plan that fits at `lowest` may need less, and its own need is then a budget
+  // too when the planner finds a fitting plan there (a few rounds, while the need keeps falling).
+  for (int round = 0; round < 4; ++round) {
+    FERRY_ASSIGN_OR_RETURN(PlanAttempt a, attempt_at(e, ctx, facts, lowest));
+    if (!a.fits || a.measure.device_bytes >= lowest) break;
+    FERRY_ASSIGN_OR_RETURN(bool ok, fits(a.measure.device_bytes));
+    if (!ok) break;
+    lowest = a.measure.device_bytes;
+  }
+  return lowest;
 }
 
 }  // namespace

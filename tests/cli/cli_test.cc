@@ -622,6 +622,33 @@ TEST(Cli, TheDocumentedTraceExamplePlans) {
   std::filesystem::remove(path);
 }
 
+// A recorded trace of opaque ops (what ferry.torch.record writes) plans on the default device with
+// its own sizes: the CPU backend cannot compile opaque ops to size them (it used to fail here).
+TEST(Cli, AnOpaqueTracePlansOnTheDefaultDevice) {
+  const std::string path = temp("opaque_v2.json");
+  std::ofstream(path) << R"({"format": "ferry-trace", "version": 2, "model": "opaque",
+    "tensors": [{"id": 0, "name": "x", "role": "input", "bytes": 4096},
+                {"id": 1, "name": "w", "role": "weight", "bytes": 4096},
+                {"id": 2, "name": "a", "role": "activation", "bytes": 65536},
+                {"id": 3, "name": "a2", "role": "activation", "bytes": 65536, "overwrites": 2},
+                {"id": 4, "name": "a2.half", "view_of": 3, "offset": 32768, "bytes": 32768},
+                {"id": 5, "name": "loss", "role": "activation", "bytes": 4},
+                {"id": 6, "name": "dw", "role": "weight_gradient", "bytes": 4096, "grad_of": 1}],
+    "ops": [{"name": "mm", "type": "opaque", "phase": "forward", "inputs": [0, 1], "outputs": [2], "time_us": 100},
+            {"name": "relu_", "type": "opaque", "phase": "forward", "inputs": [2], "outputs": [3], "time_us": 10},
+            {"name": "sum", "type": "opaque", "phase": "forward", "inputs": [4], "outputs": [5], "time_us": 10},
+            {"name": "mm_bwd", "type": "opaque", "phase": "backward", "inputs": [5, 3, 0], "outputs": [6], "time_us": 200},
+            {"name": "sgd", "type": "sgd_update", "phase": "update", "inputs": [1, 6], "outputs": [1], "time_us": 5}],
+    "loss": 5})";
+  Output o = ferry("plan --trace " + path + " --json");
+  ASSERT_EQ(o.code, 0) << o.out;
+  const auto j = nlohmann::json::parse(o.out);
+  EXPECT_TRUE(j["feasible"].get<bool>());
+  // x + w + a|a2 (one buffer) + loss + dw at the backward op; a2 and a are not counted twice.
+  EXPECT_LT(j["peak_bytes"].get<uint64_t>(), 4096u * 3 + 2 * 65536u);
+  std::filesystem::remove(path);
+}
+
 }  // namespace
 
 namespace {

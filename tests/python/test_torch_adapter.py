@@ -212,6 +212,14 @@ def test_recorded_trace_round_trips_through_ferry_analyze(tmp_path):
     predicted = analysis["peak_bytes_free_at_last_use"]
     assert len(trace["ops"]) == analysis["ops"]
     assert abs(predicted - measured) <= 0.02 * measured, (predicted, measured)
+    # One update op per parameter (as PyTorch steps them), so a plan may stream the weights through
+    # the host: at 60% of the step's need (weights are most of it here) `ferry plan` fits, on this
+    # machine's profile (the trace's own sizes: its opaque ops have no CPU kernel to size them).
+    assert sum(op["phase"] == "update" for op in trace["ops"]) == len(list(model.parameters()))
+    plan = subprocess.run([os.environ["FERRY_BINARY"], "plan", "--trace", str(path), "--budget", "60%", "--json"],
+                          capture_output=True, text=True)
+    assert plan.returncode == 0, plan.stderr
+    assert json.loads(plan.stdout)["feasible"]
 
 
 def test_recorded_trace_is_v2_with_storage_versions_and_byte_ranges(tmp_path):
