@@ -43,6 +43,7 @@
 
 #include "common/units.h"
 #include "plan/ferry/candidate_index.h"
+#include "plan/ferry/gaps.h"
 #include "plan/ferry/link_book.h"
 #include "plan/ferry/step_tree.h"
 
@@ -86,8 +87,6 @@ struct Gap {
 
 struct TensorState {
   std::vector<int> gaps;
-  std::vector<OpId> accesses;  // sorted, unique
-  bool written = false;        // persistent: an op of the iteration writes it
   bool has_copy = false;       // transient: a swap-out is planned; persistent: offloaded
   int swapped_gaps = 0;        // decided swaps relying on the copy
   LinkBook::Booking out;       // the swap-out's booking
@@ -178,19 +177,12 @@ class Planner {
   const LinkBook& in_book() const { return in_link_ ? *in_link_ : *out_link_; }
   LinkBook& in_book() { return in_link_ ? *in_link_ : *out_link_; }
 
+  // Persistent: an op of the iteration writes it.
+  bool written(TensorId t) const { return acc_.written[idx(t)]; }
+
   void collect_accesses() {
     ts_.assign(g_.tensors.size(), TensorState{});
-    for (const Op& op : g_.ops) {
-      for (TensorId t : op.inputs) ts_[idx(t)].accesses.push_back(op.id);
-      for (TensorId t : op.outputs) {
-        ts_[idx(t)].accesses.push_back(op.id);
-        if (g_.tensor(t).persistent()) ts_[idx(t)].written = true;
-      }
-    }
-    for (TensorState& s : ts_) {
-      std::sort(s.accesses.begin(), s.accesses.end());
-      s.accesses.erase(std::unique(s.accesses.begin(), s.accesses.end()), s.accesses.end());
-    }
+    acc_ = planner::collect_accesses(g_);
     for (const Tensor& t : g_.tensors)
       if (f_.recomputable(t.id)) chain_facts(t.id);
   }
@@ -219,23 +211,11 @@ class Planner {
     }
   }
 
+  // The candidates are find_gaps()'s (gaps.h); a persistent tensor's gaps inside the iteration are
+  // only reachable after it was offloaded, so only its cyclic gap enters the candidate index.
   void make_gaps() {
-    for (const Tensor& t : g_.tensors) {
-      if (t.id == g_.loss || t.bytes == 0) continue;
-      TensorState& s = ts_[idx(t.id)];
-      const std::vector<OpId>& a = s.accesses;
-      if (a.empty()) continue;
-      if (t.persistent()) {
-        if (!swaps_allowed() || !f_.gap_allowed(t.id, a.back(), a.front(), true)) continue;
-        add_gap(t.id, a.back(), a.front(), /*cyclic=*/true, /*index=*/true);
-        for (size_t k = 0; k + 1 < a.size(); ++k)
-          if (a[k + 1] - a[k] >= 2) add_gap(t.id, a[k], a[k + 1], false, /*index=*/false);  // after offload
-        continue;
-      }
-      if (!s.recomputable && !swaps_allowed()) continue;
-      for (size_t k = 0; k + 1 < a.size(); ++k)
-        if (a[k + 1] - a[k] >= 2 && f_.gap_allowed(t.id, a[k], a[k + 1], false)) add_gap(t.id, a[k], a[k + 1], false, true);
-    }
+    for (const GapSpec& gap : find_gaps(f_, acc_, swaps_allowed()))
+      add_gap(gap.tensor, gap.from, gap.to, gap.cyclic, gap.cyclic || !g_.tensor(gap.tensor).persistent());
   }
 
   void add_gap(TensorId t, OpId from, OpId to, bool cyclic, bool index) {
@@ -301,7 +281,7 @@ class Planner {
     const bool persistent = g_.tensor(t).persistent();
     const int64_t n = static_cast<int64_t>(n_);
     const OpId end = end_of(gap);
-    const bool needs_out = persistent ? gap.cyclic && st.written : !st.has_copy;
+    const bool needs_out = persistent ? gap.cyclic && written(t) : !st.has_copy;
     // The swap-out's window: from the tensor's last write to the step before s (for an offload
     // seen at the start of the iteration: to the end of the previous one).
     int64_t out_first = persistent ? gap.from + 1 : (f_.producer[idx(t)] == kNoOp ? 0 : f_.producer[idx(t)] + 1);
@@ -418,7 +398,7 @@ class Planner {
     const bool persistent = g_.tensor(t).persistent();
     const OpId end = end_of(gap);
     double stall_us = in_us(t);
-    if (persistent ? (gap.cyclic && s.written) : !s.has_copy) stall_us += out_us(t);
+    if (persistent ? (gap.cyclic && written(t)) : !s.has_copy) stall_us += out_us(t);
     else if (gap.move() == Move::kSwap && gap.decided.release_after > gap.from && gap.decided.out.ok)
       stall_us += out_us(t);  // its own swap-out was not done by then
     // Not before its swap-out is issued (where its booking starts).
@@ -633,7 +613,7 @@ class Planner {
       if (!st.has_copy) continue;
       if (t.persistent()) {
         s.offloaded.push_back({t.id, ctx_.tier});
-        if (st.written) add_after(s, std::max(st.out_after, st.accesses.back()), swap_out_action(t.id, ctx_.tier));
+        if (written(t.id)) add_after(s, std::max(st.out_after, acc_.steps[idx(t.id)].back()), swap_out_action(t.id, ctx_.tier));
       } else if (st.out_after == kNoOp) {
         add_before(s, 0, swap_out_action(t.id, ctx_.tier));
       } else {
@@ -806,6 +786,7 @@ class Planner {
   std::optional<StepTree> tree_;
   std::optional<CandidateIndex> index_;
   std::vector<TensorState> ts_;
+  TensorAccesses acc_;  // per tensor: the steps that touch it, and whether an update writes it (gaps.h)
   std::vector<std::vector<OpId>> pins_;  // per tensor: steps where a decided recompute reads it
   std::vector<Gap> gaps_;
   std::vector<size_t> exact_stamp_;  // per gap: decided_ + 1 when its key is exact for this state
