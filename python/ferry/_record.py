@@ -16,9 +16,12 @@ Design
   several heads) names a trace-v2 *view* of that storage with the range's offset and bytes; reads
   of a whole storage (including transposes and reshapes of all of it) name the storage's tensor.
   Views are listed after every graph tensor, so graph ids stay the recording's ids.
-- Storages are recognised by their data pointer among the storages alive in the recording; a
-  pointer reused after a free is a new storage, because only an op's fresh output (schema without
-  alias) creates a graph tensor, and that replaces the pointer's entry.
+- Storages are recognised by their data pointer and size among the storages alive in the
+  recording; a pointer reused after a free is a new storage, because only an op's fresh output
+  (schema without alias) creates a graph tensor, and that replaces the entry. A storage made
+  outside any op (a Python scalar wrapped as a tensor) at a freed address is told apart by its size
+  (keyed by the pointer alone, an 8-byte scalar once took a freed activation's id, and the next
+  step's check of saved sizes saw a mismatch).
 - Roles: a storage first seen as an input is a `weight` if it is a parameter's, else an `input`
   (data, buffers, anything made before the step); fresh outputs are `activation`s in forward and
   `gradient`s in backward; at the end, the storages that became parameters' `.grad` are
@@ -197,7 +200,7 @@ class Recorder(TorchDispatchMode):
             ptr, nbytes = storage_key(p)
             if nbytes > 0 and ptr not in self._params:
                 self._params[ptr] = (name, nbytes)
-        self._current = {}  # storage pointer -> graph tensor id of its latest version
+        self._current = {}  # (storage pointer, bytes) -> graph tensor id of its latest version
         self._backward = False
         self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
         self._profiler = _measure.profiling()
@@ -254,7 +257,7 @@ class Recorder(TorchDispatchMode):
         ptr, nbytes = storage_key(t)
         if nbytes == 0:
             return None
-        tid = self._current.get(ptr)
+        tid = self._current.get((ptr, nbytes))
         if tid is None:
             if ptr in self._params:
                 name, _ = self._params[ptr]
@@ -262,7 +265,7 @@ class Recorder(TorchDispatchMode):
                 self.rec.weight_ids[ptr] = tid
             else:
                 tid = self.rec.new_tensor(f"input{len(self.rec.tensors)}", "input", nbytes)
-            self._current[ptr] = tid
+            self._current[(ptr, nbytes)] = tid
         return tid
 
     # -- hooks ----------------------------------------------------------------------------------
@@ -325,7 +328,7 @@ class Recorder(TorchDispatchMode):
                 continue  # a view: same storage, same graph tensor
             if alias is None and ptr in input_ptrs:
                 continue  # a view the schema does not declare (_unsafe_view): same storage
-            old = self._current.get(ptr) if alias is not None else None
+            old = self._current.get((ptr, nbytes)) if alias is not None else None
             role = "gradient" if self._backward else "activation"
             tid = self.rec.new_tensor(f"{name}#{index}.{k}", role, nbytes)
             if old is not None:
@@ -336,7 +339,7 @@ class Recorder(TorchDispatchMode):
                 if self.rec.tensors[old]["role"] != "weight" and self.rec.tensors[old]["bytes"] == nbytes:
                     # (parameters are written by updates only; a resized storage is a new one)
                     self.rec.tensors[tid]["overwrites"] = old
-            self._current[ptr] = tid
+            self._current[(ptr, nbytes)] = tid
             out_ids.append(tid)
             new_positions.append(k)
         op = {"name": f"{name}#{index}", "type": "opaque", "phase": phase, "inputs": in_ids, "outputs": out_ids,
@@ -356,7 +359,7 @@ class Recorder(TorchDispatchMode):
         for name, p in parameters:
             if p.grad is None:
                 continue
-            tid = self._current.get(storage_key(p.grad)[0])
+            tid = self._current.get(storage_key(p.grad))
             if tid is not None and self.rec.tensors[tid]["role"] in ("gradient", "activation"):
                 self.rec.tensors[tid]["role"] = "weight_gradient"
                 grads[name] = tid

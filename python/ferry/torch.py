@@ -68,10 +68,8 @@ def _check_no_grads(parameters):
     for name, p in parameters:
         if p.grad is not None:
             raise ValueError(
-                f"parameter '{name}' has a gradient at the start of the step; ferry.torch plans iterations whose "
-                "gradients are made by backward and consumed by the optimizer: call "
-                "optimizer.zero_grad(set_to_none=True) between steps (gradient accumulation across steps is not "
-                "supported yet)")
+                f"parameter '{name}' has a gradient; ft.record records one step from no gradients: call "
+                "optimizer.zero_grad(set_to_none=True) first")
 
 
 class _Divergence(Exception):
@@ -403,6 +401,11 @@ class Budget:
         self._recording = None
         self._grads = {}
         self._plan = None
+        # Gradient accumulation: a step that starts with gradients adds into them (other ops than
+        # one that starts without), so each variant, keyed by which parameters have a gradient at
+        # the step's start, keeps its own recording, gradients and plan.
+        self._variant = None
+        self._variants = {}
         self._engine = None
         self._steps = 0
         self._events = []  # what happened, for report()
@@ -414,11 +417,19 @@ class Budget:
     def _parameters(self):
         return list(self.model.named_parameters())
 
+    def _select_variant(self, key):
+        if key == self._variant:
+            return
+        if self._variant is not None:
+            self._variants[self._variant] = (self._recording, self._grads, self._plan)
+        self._recording, self._grads, self._plan = self._variants.pop(key, (None, {}, None))
+        self._variant = key
+
     @contextlib.contextmanager
     def step(self):
         """One training step's forward and backward (see the module doc)."""
         params = self._parameters()
-        _check_no_grads(params)
+        self._select_variant(tuple(p.grad is not None for _, p in params))
         if self._recording is not None and self._plan is None:
             self._make_plan()
         self._steps += 1
@@ -458,7 +469,7 @@ class Budget:
         self._grads = recorder.finish(params)
         self._recording = recorder.rec
         self._events.append({"step": self._steps, "event": "recorded", "ops": len(recorder.rec.ops),
-                             "saved": len(recorder.rec.saves)})
+                             "saved": len(recorder.rec.saves), "gradients_at_start": sum(self._variant)})
 
     def _watched_step(self):
         """A plan that moves nothing: plain PyTorch, with a pack hook that checks the saves still
@@ -501,6 +512,7 @@ class Budget:
         """Changes the budget; the next step is planned for it (from the same recording)."""
         self.budget_bytes = _budget_bytes(budget)
         self._plan = None
+        self._variants = {k: (rec, grads, None) for k, (rec, grads, _) in self._variants.items()}
 
     def limits(self):
         """After the first step: {'unlimited_bytes': what the step needs with nothing moved,
