@@ -206,12 +206,12 @@ Result<uint64_t> min_budget(const Entry& e, const PlanContext& ctx, const PlanFa
   FERRY_ASSIGN_OR_RETURN(uint64_t lowest, lowest_fit_below(ctx, facts, fits, found, offloads));
   // Off the grid: the plan that fits at `lowest` may need less, and its own need is then a budget
   // too when the planner finds a fitting plan there (a few rounds, while the need keeps falling).
-  for (int round = 0; round < 4; ++round) {
-    FERRY_ASSIGN_OR_RETURN(PlanAttempt a, attempt_at(e, ctx, facts, lowest));
-    if (!a.fits || a.measure.device_bytes >= lowest) break;
-    FERRY_ASSIGN_OR_RETURN(bool ok, fits(a.measure.device_bytes));
-    if (!ok) break;
-    lowest = a.measure.device_bytes;
+  FERRY_ASSIGN_OR_RETURN(PlanAttempt at_lowest, attempt_at(e, ctx, facts, lowest));
+  for (int round = 0; round < 4 && at_lowest.fits && at_lowest.measure.device_bytes < lowest; ++round) {
+    FERRY_ASSIGN_OR_RETURN(PlanAttempt at_need, attempt_at(e, ctx, facts, at_lowest.measure.device_bytes));
+    if (!at_need.fits) break;
+    lowest = at_lowest.measure.device_bytes;
+    at_lowest = std::move(at_need);  // the next round's plan at `lowest`, not planned twice
   }
   return lowest;
 }
