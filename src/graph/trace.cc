@@ -287,18 +287,28 @@ std::optional<OptimizerKind> optimizer_from_string(std::string_view s) {
   return std::nullopt;
 }
 
-// Sum of the bytes of the distinct tensors in `ids`; nullopt on overflow or an id out of range.
-std::optional<uint64_t> distinct_bytes(const std::vector<Tensor>& tensors, std::vector<TensorId> ids) {
+// Sum of bytes_of(id) over the distinct ids in `ids`; nullopt on overflow or when bytes_of gives
+// nullopt (an id out of range).
+template <typename Id, typename BytesOf>
+std::optional<uint64_t> distinct_bytes(std::vector<Id> ids, BytesOf bytes_of) {
   std::sort(ids.begin(), ids.end());
   ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-  uint64_t sum = 0;
-  for (TensorId id : ids) {
-    if (id < 0 || static_cast<size_t>(id) >= tensors.size()) return std::nullopt;
-    std::optional<uint64_t> s = checked_add(sum, tensors[static_cast<size_t>(id)].bytes);
-    if (!s) return std::nullopt;
-    sum = *s;
+  std::optional<uint64_t> sum = 0;
+  for (Id id : ids) {
+    const std::optional<uint64_t> b = bytes_of(id);
+    if (!b) return std::nullopt;
+    sum = checked_add(*sum, *b);
+    if (!sum) return std::nullopt;
   }
   return sum;
+}
+
+// The same over graph tensor ids.
+std::optional<uint64_t> distinct_bytes(const std::vector<Tensor>& tensors, const std::vector<TensorId>& ids) {
+  return distinct_bytes(ids, [&](TensorId id) -> std::optional<uint64_t> {
+    if (id < 0 || static_cast<size_t>(id) >= tensors.size()) return std::nullopt;
+    return tensors[static_cast<size_t>(id)].bytes;
+  });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -384,9 +394,9 @@ class TraceReader {
     check_count(tensors, "tensors");
     g_.tensors.reserve(tensors.size());
     // Fields naming tensors may name ones listed later, so they are resolved once all ids are known.
-    std::vector<std::pair<size_t, uint64_t>> grad_of, overwrites;  // (dense id, file id)
-    std::vector<std::pair<size_t, uint64_t>> free_after;            // (dense id, op index)
-    std::vector<std::string> where_of;                              // per dense id, for messages
+    // (dense id, entry index in `tensors`, file id or op index)
+    std::vector<std::tuple<size_t, size_t, uint64_t>> grad_of, overwrites, free_after;
+    tensors_ = &tensors;
     uint64_t total_bytes = 0;
     for (size_t i = 0; i < tensors.size(); ++i) {
       const Json& entry = tensors[i];
@@ -398,11 +408,11 @@ class TraceReader {
       check_version2(entry, where, {"view_of", "offset", "overwrites", "free_after"});
       const uint64_t file_id = read_uint(require_field(entry, where, "id"), field(where, "id"));
       if (find_field(entry, "view_of") != nullptr) {
-        read_view(entry, where, file_id, t.name);
+        read_view(entry, where, file_id, i, t.name);
         continue;
       }
       check_fields(entry, where, {"id", "name", "bytes", "role", "shape", "dtype", "grad_of", "overwrites", "free_after"});
-      add_id(file_id, t.id, where);
+      add_id(file_id, t.id, i, where);
       t.role = read_enum(require_field(entry, where, "role"), field(where, "role"), role_from_string, kAllRoles,
                          "tensor role");
       if (const Json* v = find_field(entry, "dtype"))
@@ -411,31 +421,36 @@ class TraceReader {
       if (const Json* shape = find_field(entry, "shape")) read_shape(*shape, where, t);
       named_bytes_[file_id] = t.bytes;
 
-      if (const Json* v = find_field(entry, "grad_of")) grad_of.emplace_back(t.id, read_uint(*v, field(where, "grad_of")));
+      if (const Json* v = find_field(entry, "grad_of")) grad_of.emplace_back(t.id, i, read_uint(*v, field(where, "grad_of")));
       if (const Json* v = find_field(entry, "overwrites"))
-        overwrites.emplace_back(t.id, read_uint(*v, field(where, "overwrites")));
+        overwrites.emplace_back(t.id, i, read_uint(*v, field(where, "overwrites")));
       if (const Json* v = find_field(entry, "free_after"))
-        free_after.emplace_back(t.id, read_uint(*v, field(where, "free_after")));
+        free_after.emplace_back(t.id, i, read_uint(*v, field(where, "free_after")));
       std::optional<uint64_t> sum = checked_add(total_bytes, t.bytes);
       if (!sum) fail(field(where, "bytes"), fmt::format("the bytes of tensors[0..{}] overflow a 64-bit sum", i));
       total_bytes = *sum;
-      where_of.push_back(where);
       g_.tensors.push_back(std::move(t));
     }
-    for (const auto& [t, id] : grad_of) g_.tensors[t].grad_of = resolve(id, field(where_of[t], "grad_of"));
-    for (const auto& [t, id] : overwrites) g_.tensors[t].overwrites = resolve(id, field(where_of[t], "overwrites"));
-    for (const auto& [t, op] : free_after) {
+    for (const auto& [t, e, id] : grad_of) g_.tensors[t].grad_of = resolve(id, field(entry_where(e), "grad_of"));
+    for (const auto& [t, e, id] : overwrites)
+      g_.tensors[t].overwrites = resolve(id, field(entry_where(e), "overwrites"));
+    for (const auto& [t, e, op] : free_after) {
       if (op >= static_cast<uint64_t>(std::numeric_limits<int32_t>::max()))
-        fail(field(where_of[t], "free_after"), fmt::format("{} is not an op index", op));
+        fail(field(entry_where(e), "free_after"), fmt::format("{} is not an op index", op));
       g_.tensors[t].free_after = static_cast<OpId>(op);  // checked against the ops by validate()
     }
   }
 
-  void add_id(uint64_t file_id, TensorId dense, const std::string& where) {
-    auto [it, inserted] = id_map_.emplace(file_id, dense);
+  // "tensors[3] ('fc1.weight')": an entry of `tensors` already read (so its name is a string).
+  std::string entry_where(size_t entry) const {
+    return named(element("tensors", entry), (*tensors_)[entry]["name"].get<std::string>());
+  }
+
+  void add_id(uint64_t file_id, TensorId dense, size_t entry, const std::string& where) {
+    auto [it, inserted] = id_map_.emplace(file_id, FileId{dense, entry});
     if (!inserted)
-      fail(field(where, "id"), fmt::format("duplicate tensor id {} (also the id of {})", file_id, first_where_[file_id]));
-    first_where_[file_id] = where;
+      fail(field(where, "id"),
+           fmt::format("duplicate tensor id {} (also the id of {})", file_id, entry_where(it->second.entry)));
   }
 
   static uint64_t read_bytes(const Json& entry, const std::string& where) {
@@ -449,13 +464,13 @@ class TraceReader {
   // A view (version 2): bytes [offset, offset + bytes) of the storage of an earlier tensor. It
   // allocates nothing and is no tensor of the graph: every field naming it names that storage's
   // tensor, and only its byte count survives, in the derived bytes_read of the ops that read it.
-  void read_view(const Json& entry, const std::string& where, uint64_t file_id, const std::string& name) {
+  void read_view(const Json& entry, const std::string& where, uint64_t file_id, size_t index, const std::string& name) {
     check_fields(entry, where, {"id", "name", "view_of", "offset", "bytes", "role", "shape", "dtype"});
     const uint64_t base_file = read_uint(require_field(entry, where, "view_of"), field(where, "view_of"));
     auto base = id_map_.find(base_file);
     if (base == id_map_.end())
       fail(field(where, "view_of"), fmt::format("{} is not the id of an earlier tensor", base_file));
-    const Tensor& root = g_.tensors[static_cast<size_t>(base->second)];
+    const Tensor& root = g_.tensors[static_cast<size_t>(base->second.dense)];
     Tensor t;  // for the shape check only
     t.name = name;
     if (const Json* v = find_field(entry, "dtype"))
@@ -473,7 +488,7 @@ class TraceReader {
     if (offset > root.bytes || t.bytes > root.bytes - offset)
       fail(where, fmt::format("the view's {} bytes at offset {} lie outside its storage {} of {} bytes", t.bytes,
                               offset, in_quotes(root.name), root.bytes));
-    add_id(file_id, base->second, where);
+    add_id(file_id, base->second.dense, index, where);
     named_bytes_[file_id] = t.bytes;
     views_.insert(file_id);
   }
@@ -569,22 +584,19 @@ class TraceReader {
 
   // flops and macs default to 0 (a trace need not know them); bytes_read and bytes_written
   // default to the bytes of the distinct tensors (or views) the op names.
-  void read_counters(const Json& entry, const std::string& where, Op& op, std::vector<uint64_t> read_ids,
-                     std::vector<uint64_t> written_ids) const {
+  void read_counters(const Json& entry, const std::string& where, Op& op, const std::vector<uint64_t>& read_ids,
+                     const std::vector<uint64_t>& written_ids) const {
     if (const Json* v = find_field(entry, "flops")) op.flops = read_uint(*v, field(where, "flops"));
     if (const Json* v = find_field(entry, "macs")) op.macs = read_uint(*v, field(where, "macs"));
-    const std::array<std::tuple<const char*, uint64_t*, std::vector<uint64_t>*>, 2> sizes = {
+    const std::array<std::tuple<const char*, uint64_t*, const std::vector<uint64_t>*>, 2> sizes = {
         {{"bytes_read", &op.bytes_read, &read_ids}, {"bytes_written", &op.bytes_written, &written_ids}}};
     for (const auto& [key, out, ids] : sizes) {
       if (const Json* v = find_field(entry, key)) {
         *out = read_uint(*v, field(where, key));
         continue;
       }
-      std::sort(ids->begin(), ids->end());
-      ids->erase(std::unique(ids->begin(), ids->end()), ids->end());
-      std::optional<uint64_t> derived = 0;
-      for (uint64_t id : *ids)
-        if (derived) derived = checked_add(*derived, named_bytes_.at(id));
+      const std::optional<uint64_t> derived =
+          distinct_bytes(*ids, [&](uint64_t id) -> std::optional<uint64_t> { return named_bytes_.at(id); });
       if (!derived)
         fail(where, fmt::format("{} is absent and the bytes of the op's tensors overflow a 64-bit sum", key));
       *out = *derived;
@@ -632,13 +644,17 @@ class TraceReader {
   TensorId resolve(uint64_t file_id, const std::string& path) const {
     auto it = id_map_.find(file_id);
     if (it == id_map_.end()) fail(path, fmt::format("{} is not a tensor id", file_id));
-    return it->second;
+    return it->second.dense;
   }
 
   Graph g_;
   int version_ = 1;
-  std::unordered_map<uint64_t, TensorId> id_map_;       // id in the file -> dense id (a view's: its storage's)
-  std::unordered_map<uint64_t, std::string> first_where_;  // id in the file -> the entry that has it
+  struct FileId {
+    TensorId dense;  // the graph tensor (a view's: its storage's)
+    size_t entry;    // its entry in `tensors`, for messages
+  };
+  const Json* tensors_ = nullptr;              // the document's `tensors`, while it is read
+  std::unordered_map<uint64_t, FileId> id_map_;  // id in the file -> FileId
   std::unordered_map<uint64_t, uint64_t> named_bytes_;  // id in the file -> its bytes (a view's range)
   std::unordered_set<uint64_t> views_;                  // ids in the file that are views
 };
