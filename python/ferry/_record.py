@@ -252,9 +252,10 @@ class Recorder(TorchDispatchMode):
         self.rec.peak_increase_bytes = peak
 
     # -- storages -------------------------------------------------------------------------------
-    def _lookup(self, t):
-        """Graph id of t's storage (created as weight or input when first seen), or None if empty."""
-        ptr, nbytes = storage_key(t)
+    def _lookup(self, t, key=None):
+        """Graph id of t's storage (created as weight or input when first seen), or None if empty.
+        key: storage_key(t), when the caller has it."""
+        ptr, nbytes = key or storage_key(t)
         if nbytes == 0:
             return None
         tid = self._current.get((ptr, nbytes))
@@ -289,12 +290,13 @@ class Recorder(TorchDispatchMode):
         inputs = [a for a in tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
         in_ids, input_ptrs, whole, parts = [], set(), set(), {}
         for a in inputs:
-            tid = self._lookup(a)
+            key = storage_key(a)
+            tid = self._lookup(a, key)
             if tid is None:
                 continue
             if tid not in in_ids:
                 in_ids.append(tid)
-            input_ptrs.add(storage_key(a)[0])
+            input_ptrs.add(key[0])
             offset, nbytes = byte_range(a)
             if (offset == 0 and nbytes >= self.rec.tensors[tid]["bytes"]) or \
                     offset + nbytes > self.rec.tensors[tid]["bytes"]:
