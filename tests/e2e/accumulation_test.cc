@@ -10,10 +10,10 @@
 #include "common/accumulate_graph.h"
 #include "cost/cost_model.h"
 #include "cost/profile.h"
-#include "data/data.h"
 #include "graph/zoo/zoo.h"
 #include "plan/policies.h"
 #include "runtime/executor.h"
+#include "training_run.h"
 
 namespace ferry {
 namespace {
@@ -38,43 +38,21 @@ TEST(AccumulationTraining, FerryPlanIsBitwiseIdenticalWithinBudget) {
   Result<PlanReport> plan = plan_policy("ferry", ctx);
   ASSERT_TRUE(plan.ok()) << plan.status().message();
 
-  struct Run {
-    std::vector<float> losses;
-    std::vector<std::vector<std::byte>> persistent;
-    uint64_t measured_peak = 0, moved = 0;
-    size_t recomputed = 0;
-  };
-  auto train = [&](const Schedule* s, uint64_t budget) -> Result<Run> {
-    FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend("cpu", BackendOptions{}));
+  auto train = [&](const Schedule* s, uint64_t budget) {
     ExecutorOptions o;
     o.seed = 5;
     o.budget_bytes = budget;
     o.checksum = true;
     o.ssd_dir = std::filesystem::temp_directory_path().string();
-    FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Executor> ex, Executor::create(two, *backend, o, s));
-    FERRY_RETURN_IF_ERROR(ex->initialize());
-    auto data = make_synthetic_data(5);
-    Run out;
-    for (int i = 0; i < 2; ++i) {
-      FERRY_ASSIGN_OR_RETURN(IterationStats st, ex->run_iteration(i, *data));
-      out.losses.push_back(st.loss);
-      out.recomputed += ex->last_recomputed_ops();
-    }
-    for (const Tensor& t : two.tensors)
-      if (t.persistent()) {
-        FERRY_ASSIGN_OR_RETURN(std::vector<std::byte> w, ex->read_persistent(t.id));
-        out.persistent.push_back(std::move(w));
-      }
-    out.measured_peak = ex->measured_peak_bytes();
-    out.moved = ex->transfer_stats().bytes_out;
-    return out;
+    return test::run_training(two, s, o, 2);
   };
-  Result<Run> base = train(nullptr, 0);
+  Result<test::TrainingRun> base = train(nullptr, 0);
   ASSERT_TRUE(base.ok()) << base.status().message();
-  Result<Run> planned = train(&plan->schedule, ctx.budget_bytes);
+  Result<test::TrainingRun> planned = train(&plan->schedule, ctx.budget_bytes);
   ASSERT_TRUE(planned.ok()) << planned.status().message();
-  EXPECT_GT(planned->moved + planned->recomputed, 0u) << "the plan must move or recompute something";
-  EXPECT_LE(planned->measured_peak, ctx.budget_bytes);
+  EXPECT_GT(planned->executor->transfer_stats().bytes_out + planned->recomputed_ops, 0u)
+      << "the plan must move or recompute something";
+  EXPECT_LE(planned->executor->measured_peak_bytes(), ctx.budget_bytes);
   ASSERT_EQ(base->losses.size(), planned->losses.size());
   for (size_t i = 0; i < base->losses.size(); ++i)
     EXPECT_EQ(std::memcmp(&base->losses[i], &planned->losses[i], sizeof(float)), 0) << "iteration " << i;

@@ -17,6 +17,7 @@
 #include "plan/policies.h"
 #include "plan/tier_cascade.h"
 #include "runtime/executor.h"
+#include "training_run.h"
 
 namespace ferry {
 namespace {
@@ -31,29 +32,19 @@ struct Trained {
 };
 
 Result<Trained> train(const Graph& g, const Schedule* s, uint64_t budget, uint64_t host_tier_bytes) {
-  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend("cpu"));
   ExecutorOptions o;
   o.seed = 5;
   o.budget_bytes = budget;
   o.host_tier_bytes = host_tier_bytes;
   o.checksum = true;
   o.ssd_dir = std::filesystem::temp_directory_path().string();
-  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Executor> ex, Executor::create(g, *backend, o, s));
-  FERRY_RETURN_IF_ERROR(ex->initialize());
-  auto data = make_synthetic_data(5);
+  FERRY_ASSIGN_OR_RETURN(test::TrainingRun run, test::run_training(g, s, o, kIters));
   Trained r;
-  for (int i = 0; i < kIters; ++i) {
-    FERRY_ASSIGN_OR_RETURN(IterationStats st, ex->run_iteration(i, *data));
-    r.losses.push_back(st.loss);
-  }
-  for (const Tensor& t : g.tensors)
-    if (t.persistent()) {
-      FERRY_ASSIGN_OR_RETURN(std::vector<std::byte> w, ex->read_persistent(t.id));
-      r.persistent.push_back(std::move(w));
-    }
-  r.host = ex->host_tier_stats();
-  r.ssd = ex->ssd_tier_stats();
-  r.predicted_host_bytes = ex->tier_placement(Tier::kHost).bytes;
+  r.losses = std::move(run.losses);
+  r.persistent = std::move(run.persistent);
+  r.host = run.executor->host_tier_stats();
+  r.ssd = run.executor->ssd_tier_stats();
+  r.predicted_host_bytes = run.executor->tier_placement(Tier::kHost).bytes;
   return r;
 }
 

@@ -14,6 +14,7 @@
 #include "data/data.h"
 #include "graph/zoo/zoo.h"
 #include "runtime/executor.h"
+#include "training_run.h"
 #include "schedule/program.h"
 #include "sim/simulator.h"
 
@@ -66,28 +67,18 @@ struct Outcome {
 };
 
 Result<Outcome> train(const Graph& g, const Schedule* s, bool verify = false) {
-  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend("cpu"));
   ExecutorOptions o;
   o.seed = 9;
   o.checksum = true;
   o.verify_memory = verify;
   o.ssd_dir = std::filesystem::temp_directory_path().string();
-  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Executor> ex, Executor::create(g, *backend, o, s));
-  FERRY_RETURN_IF_ERROR(ex->initialize());
-  auto data = make_synthetic_data(9);
+  FERRY_ASSIGN_OR_RETURN(test::TrainingRun run, test::run_training(g, s, o, 3));
   Outcome out;
-  for (int i = 0; i < 3; ++i) {
-    FERRY_ASSIGN_OR_RETURN(IterationStats st, ex->run_iteration(i, *data));
-    out.losses.push_back(st.loss);
-  }
-  for (const Tensor& t : g.tensors)
-    if (t.persistent()) {
-      FERRY_ASSIGN_OR_RETURN(std::vector<std::byte> b, ex->read_persistent(t.id));
-      out.persistent.push_back(std::move(b));
-    }
-  out.measured_peak = ex->measured_peak_bytes();
-  out.predicted_live = ex->predicted_live_peak_bytes();
-  out.swapped_in = ex->transfer_stats().bytes_in;
+  out.losses = std::move(run.losses);
+  out.persistent = std::move(run.persistent);
+  out.measured_peak = run.executor->measured_peak_bytes();
+  out.predicted_live = run.executor->predicted_live_peak_bytes();
+  out.swapped_in = run.executor->transfer_stats().bytes_in;
   return out;
 }
 

@@ -22,6 +22,7 @@
 #include "plan/policies.h"
 #include "runtime/executor.h"
 #include "sim/simulator.h"
+#include "training_run.h"
 
 namespace ferry {
 namespace {
@@ -53,7 +54,6 @@ Graph model(const std::string& name) {
 // The tier is part of the schedule's actions; the executor makes the tiers the program uses.
 Result<Outcome> train(const Graph& g, const Schedule* schedule, uint64_t budget, const BackendOptions& bo,
                       CodecId ssd_codec = CodecId::kNone, bool ssd_codec_auto = false) {
-  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_backend("cpu", bo));
   ExecutorOptions o;
   o.seed = 11;
   o.budget_bytes = budget;
@@ -61,27 +61,19 @@ Result<Outcome> train(const Graph& g, const Schedule* schedule, uint64_t budget,
   o.ssd_dir = std::filesystem::temp_directory_path().string();
   o.ssd_codec = ssd_codec;
   o.ssd_codec_auto = ssd_codec_auto;
-  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Executor> ex, Executor::create(g, *backend, o, schedule));
-  FERRY_RETURN_IF_ERROR(ex->initialize());
-  auto data = make_synthetic_data(11);
+  FERRY_ASSIGN_OR_RETURN(test::TrainingRun run, test::run_training(g, schedule, o, kIters, bo));
+  const Executor& ex = *run.executor;
   Outcome out;
-  for (int i = 0; i < kIters; ++i) {
-    FERRY_ASSIGN_OR_RETURN(IterationStats st, ex->run_iteration(i, *data));
-    out.losses.push_back(st.loss);
-    out.recomputed_ops += ex->last_recomputed_ops();
-  }
-  for (const Tensor& t : g.tensors)
-    if (t.persistent()) {
-      FERRY_ASSIGN_OR_RETURN(std::vector<std::byte> w, ex->read_persistent(t.id));
-      out.persistent.push_back(std::move(w));
-    }
-  out.predicted_peak = ex->predicted_peak_bytes();
-  out.measured_peak = ex->measured_peak_bytes();
-  FERRY_ASSIGN_OR_RETURN(out.measured_extent, ex->measured_extent_bytes());
-  out.swapped_bytes = ex->transfer_stats().bytes_out;
-  out.ssd_disk_bytes_written = ex->ssd_io_stats().disk_bytes_written;
-  out.ssd_disk_bytes_read = ex->ssd_io_stats().disk_bytes_read;
-  out.ssd_codec_choices = ex->ssd_codec_choices().size();
+  out.losses = std::move(run.losses);
+  out.persistent = std::move(run.persistent);
+  out.recomputed_ops = run.recomputed_ops;
+  out.predicted_peak = ex.predicted_peak_bytes();
+  out.measured_peak = ex.measured_peak_bytes();
+  FERRY_ASSIGN_OR_RETURN(out.measured_extent, ex.measured_extent_bytes());
+  out.swapped_bytes = ex.transfer_stats().bytes_out;
+  out.ssd_disk_bytes_written = ex.ssd_io_stats().disk_bytes_written;
+  out.ssd_disk_bytes_read = ex.ssd_io_stats().disk_bytes_read;
+  out.ssd_codec_choices = ex.ssd_codec_choices().size();
   return out;
 }
 
