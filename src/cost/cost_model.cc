@@ -115,6 +115,14 @@ OpCost CostModel::op_cost(const Graph& g, const Op& op) const {
   return c;
 }
 
+std::optional<double> CostModel::host_update_us(const Graph& g, const Op& op) const {
+  if (profile_.host_optimizer_bytes_per_s <= 0) return std::nullopt;
+  double bytes = 0;
+  for (TensorId t : op.inputs) bytes += static_cast<double>(g.tensor(t).bytes);
+  for (TensorId t : op.outputs) bytes += static_cast<double>(g.tensor(t).bytes);
+  return bytes / profile_.host_optimizer_bytes_per_s * 1e6;
+}
+
 std::vector<double> CostModel::op_times_us(const Graph& g) const {
   std::vector<double> out(g.ops.size());
   for (const Op& op : g.ops) out[static_cast<size_t>(op.id)] = op_time_us(g, op);

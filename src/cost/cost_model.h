@@ -23,6 +23,7 @@
 #pragma once
 
 #include <array>
+#include <optional>
 #include <cstdint>
 #include <string_view>
 #include <vector>
@@ -93,6 +94,10 @@ class CostModel {
   // Time of one swap of `bytes` between the device and `tier`: latency + bytes / bandwidth summed
   // over the path's legs (the SSD is reached through host memory, store and forward).
   double transfer_us(Direction d, Tier tier, uint64_t bytes) const;
+  // Time of update op `op` (sgd_update, adam_update) of `g` run on the host CPU (a kHostUpdate):
+  // its operands' bytes, each input read and each output written once, at the profile's
+  // host.optimizer_bytes_per_s. nullopt when the profile has no host rate.
+  std::optional<double> host_update_us(const Graph& g, const Op& op) const;
   // Whether a host->device and a device->host copy can run at the same time.
   bool copy_directions_concurrent() const { return profile_.host_link.concurrent_directions; }
 

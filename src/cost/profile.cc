@@ -307,6 +307,8 @@ Status validate_profile(const HardwareProfile& p) {
   FERRY_RETURN_IF_ERROR(validate_direction(p.host_link.host_to_device, "host_link.host_to_device"));
   FERRY_RETURN_IF_ERROR(validate_direction(p.host_link.device_to_host, "host_link.device_to_host"));
   FERRY_RETURN_IF_ERROR(rate(p.storage.read_bytes_per_s, "storage.read_bytes_per_s", "bytes/s"));
+  if (p.host_optimizer_bytes_per_s != 0)
+    FERRY_RETURN_IF_ERROR(rate(p.host_optimizer_bytes_per_s, "host.optimizer_bytes_per_s", "bytes/s"));
   FERRY_RETURN_IF_ERROR(rate(p.storage.write_bytes_per_s, "storage.write_bytes_per_s", "bytes/s"));
   FERRY_RETURN_IF_ERROR(latency(p.storage.read_latency_us, "storage.read_latency_us"));
   FERRY_RETURN_IF_ERROR(latency(p.storage.write_latency_us, "storage.write_latency_us"));
@@ -399,6 +401,11 @@ Result<HardwareProfile> parse_profile(std::string_view json_text, std::string_vi
     p.storage.queue_depth = static_cast<int32_t>(depth);
     storage.finish();
 
+    if (top.has("host")) {
+      Reader host = top.object("host");
+      p.host_optimizer_bytes_per_s = host.number("optimizer_bytes_per_s");
+      host.finish();
+    }
     if (top.has("sources")) {
       Reader sources = top.object("sources");
       for (const std::string& key : sources.keys()) p.sources[key] = sources.string(key);
@@ -449,6 +456,7 @@ std::string to_profile_json(const HardwareProfile& p) {
                         {"read_latency_us", p.storage.read_latency_us},
                         {"write_latency_us", p.storage.write_latency_us},
                         {"queue_depth", p.storage.queue_depth}};
+  if (p.host_optimizer_bytes_per_s > 0) doc["host"] = Json{{"optimizer_bytes_per_s", p.host_optimizer_bytes_per_s}};
   Json sources = Json::object();
   for (const auto& [k, v] : p.sources) sources[k] = v;
   doc["sources"] = sources;

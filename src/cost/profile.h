@@ -123,6 +123,11 @@ struct HardwareProfile {
 
   HostLink host_link;
   StorageProfile storage;
+  // The host CPU's rate for an optimizer update run on the host (ZeRO-Offload's placement): bytes
+  // of update operands streamed per second (each operand read once, each written once; Adam on
+  // fp32: 28 bytes per parameter). 0: not known, and the planner runs no update on the host.
+  // JSON: host.optimizer_bytes_per_s, optional.
+  double host_optimizer_bytes_per_s = 0;
 
   // JSON path (dotted, e.g. "compute.peak_flops.fp32", or a section "host_link") -> citation.
   std::map<std::string, std::string> sources;

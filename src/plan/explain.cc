@@ -56,6 +56,7 @@ std::vector<TensorDecision> explain_schedule(const Graph& g, const CostModel& co
         }
         break;
       }
+      case ActionKind::kHostUpdate: d.move = "host-update"; break;
     }
   };
   for (int32_t step = 0; step < n; ++step) {
@@ -75,9 +76,12 @@ std::vector<TensorDecision> explain_schedule(const Graph& g, const CostModel& co
     const OpId p = producer[static_cast<size_t>(t)];
     const bool recomputable = !g.tensor(t).persistent() && p != kNoOp && g.op(p).phase == Phase::kForward;
     const std::string keep = fmt::format("keep: {} more device memory over {} steps", format_bytes(d.bytes), d.away_steps);
-    if (d.move != "offload")
+    if (d.move != "offload" && d.move != "host-update")
       d.move = d.recomputes > 0 ? (d.swap_ins > 0 ? "swap+recompute" : "recompute") : "swap";
-    if (d.move == "recompute") {
+    if (d.move == "host-update") {
+      d.alternative = fmt::format("update on the device: the weight, this gradient and the optimizer state on the "
+                                  "device at the update; or {}", keep);
+    } else if (d.move == "recompute") {
       d.alternative = fmt::format("swap to {}: {:.3f} ms of link time (out and in); or {}", to_string(tier),
                                   swap_us / 1e3, keep);
     } else if (d.move == "swap" && recomputable) {

@@ -14,7 +14,8 @@ namespace ferry {
 
 struct TensorDecision {
   TensorId tensor = kNoTensor;
-  std::string move;        // "swap", "recompute", "swap+recompute" or "offload" (a persistent tensor lives in a tier)
+  std::string move;        // "swap", "recompute", "swap+recompute", "offload" (a persistent tensor lives in a tier) or
+                           // "host-update" (a gradient whose optimizer update runs on the host)
   uint64_t bytes = 0;      // device bytes freed while it is away
   int32_t away_steps = 0;  // steps of the iteration during which it is not on the device
   int swap_outs = 0, swap_ins = 0, recomputes = 0;

@@ -6,6 +6,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -51,9 +52,24 @@ class Completion {
       copy_[idx(o.tensor)][tier_index(o.tier)] = true;
     }
     const bool has_intent = !in_.before.empty();
+    host_op_.assign(n, false);
+    for (const Op& op : g_.ops)
+      if ((op.type == OpType::kSgdUpdate || op.type == OpType::kAdamUpdate) && op.inputs.size() > 1)
+        update_of_[op.inputs[1]] = op.id;
+    if (has_intent)
+      for (const auto* lists : {&in_.before, &in_.after})
+        for (const auto& list : *lists)
+          for (const Action& a : list)
+            if (a.kind == ActionKind::kHostUpdate)
+              if (OpId u = update_of(a.tensor); u != kNoOp) host_op_[static_cast<size_t>(u)] = true;
     for (OpId i = 0; i < static_cast<OpId>(n); ++i) {
       if (has_intent)
         for (const Action& a : in_.before[static_cast<size_t>(i)]) FERRY_RETURN_IF_ERROR(apply(i, a, out_.before[i]));
+      if (host_op_[static_cast<size_t>(i)]) {  // runs on the host where its action stands
+        if (has_intent)
+          for (const Action& a : in_.after[static_cast<size_t>(i)]) FERRY_RETURN_IF_ERROR(apply(i, a, out_.after[i]));
+        continue;
+      }
       for (TensorId t : g_.op(i).inputs)
         if (!on_[idx(t)]) FERRY_RETURN_IF_ERROR(fetch(i, t, out_.before[static_cast<size_t>(i)], 0));
       for (TensorId t : g_.op(i).outputs) {
@@ -84,7 +100,7 @@ class Completion {
     if (!born_[t]) return bug(step, a, "it does not exist yet");
     // An empty tensor holds no memory: moving or dropping it frees nothing and costs a transfer's
     // latency or a recompute, so it stays where it is (and plans like a graph without it).
-    if (g_.tensor(a.tensor).bytes == 0) return Status::Ok();
+    if (g_.tensor(a.tensor).bytes == 0 && a.kind != ActionKind::kHostUpdate) return Status::Ok();
     switch (a.kind) {
       case ActionKind::kSwapOut:
         if (copy_[t][tier_index(a.tier)]) return Status::Ok();  // the copy is still valid: nothing to move
@@ -116,7 +132,29 @@ class Completion {
       case ActionKind::kRecompute:
         if (on_[t]) return Status::Ok();
         return recompute(step, a.tensor, list, 0);
+      case ActionKind::kHostUpdate:
+        return host_update(step, a, list);
     }
+    return Status::Ok();
+  }
+
+  // The update's operands leave the device where they have a valid copy (a release is free);
+  // anything else is the planner's bug.
+  Status host_update(OpId step, const Action& a, std::vector<Action>& list) {
+    const OpId u = update_of(a.tensor);
+    if (u == kNoOp) return bug(step, a, "no optimizer update reads it as its gradient");
+    if (!copy_[idx(a.tensor)][tier_index(a.tier)]) return bug(step, a, "the gradient has no copy in that tier");
+    std::vector<TensorId> operands = g_.op(u).inputs;
+    operands.insert(operands.end(), g_.op(u).outputs.begin(), g_.op(u).outputs.end());
+    for (TensorId t : operands) {
+      if (g_.tensor(t).persistent() && !offloaded_[idx(t)])
+        return bug(step, a, fmt::format("'{}' of its update is not offloaded", name(t)));
+      if (!on_[idx(t)] || g_.tensor(t).bytes == 0) continue;
+      if (!copy_[idx(t)][0] && !copy_[idx(t)][1]) return bug(step, a, fmt::format("'{}' has no valid copy", name(t)));
+      list.push_back(release_action(t));
+      on_[idx(t)] = false;
+    }
+    list.push_back(a);
     return Status::Ok();
   }
 
@@ -170,8 +208,17 @@ class Completion {
   std::vector<Pos> deaths() const {
     std::vector<Pos> last(g_.tensors.size(), kNever);
     auto read = [&](TensorId t, Pos p) { last[idx(t)] = last[idx(t)] == kNever ? p : std::max(last[idx(t)], p); };
+    std::vector<Pos> host_at(g_.ops.size(), kNever);  // a host update reads where its action stands
+    for (OpId i = 0; i < static_cast<OpId>(g_.ops.size()); ++i)
+      for (Part part : {kBefore, kAfter}) {
+        const std::vector<Action>& list = part == kBefore ? out_.before[i] : out_.after[i];
+        for (size_t k = 0; k < list.size(); ++k)
+          if (list[k].kind == ActionKind::kHostUpdate)
+            if (OpId u = update_of(list[k].tensor); u != kNoOp) host_at[static_cast<size_t>(u)] = pos(i, part, k);
+      }
     for (OpId i = 0; i < static_cast<OpId>(g_.ops.size()); ++i) {
-      for (TensorId t : g_.op(i).inputs) read(t, pos(i, kOp));
+      const Pos at = host_at[static_cast<size_t>(i)] != kNever ? host_at[static_cast<size_t>(i)] : pos(i, kOp);
+      for (TensorId t : g_.op(i).inputs) read(t, at);
       for (Part part : {kBefore, kAfter}) {
         const std::vector<Action>& list = part == kBefore ? out_.before[i] : out_.after[i];
         for (size_t k = 0; k < list.size(); ++k)
@@ -195,6 +242,12 @@ class Completion {
   const Schedule& in_;
   Schedule out_;
   std::vector<bool> on_, born_, offloaded_;
+  OpId update_of(TensorId gradient) const {
+    auto it = update_of_.find(gradient);
+    return it == update_of_.end() ? kNoOp : it->second;
+  }
+  std::unordered_map<TensorId, OpId> update_of_;  // weight gradient -> the update op reading it
+  std::vector<bool> host_op_;  // per op: it runs on the host (a kHostUpdate action in the intent)
   std::vector<std::array<bool, 2>> copy_;
 };
 

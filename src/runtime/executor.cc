@@ -11,6 +11,7 @@
 #include "common/hash.h"
 #include "common/checksum.h"
 #include "common/units.h"
+#include "backend/host_optimizer.h"
 #include "runtime/plan_corruption.h"
 
 namespace ferry {
@@ -566,7 +567,66 @@ Status Executor::run_instruction(size_t k, const Instruction& in, const RunConte
         return Status::Ok();  // a runtime bug: the copy back is never issued
       in_ticket_[in.tensor] = engine_->swap_in(in.tensor, address_of(in.tensor), in.bytes, tier(in.tier));
       return Status::Ok();
+    case InstrKind::kHostRun: return host_update(in, ctx);
+    case InstrKind::kDrop: return drop_copies(in.tensor);
   }
+  return Status::Ok();
+}
+
+// Note [Host updates]
+//   An update the plan runs on the host (kHostRun) is a task on the transfer engine's host thread:
+//   it reads the gradient's copy and the copies of the weight and optimizer state from their tiers
+//   into host buffers, runs the update with the loops the device kernels run
+//   (backend/host_optimizer.h), and writes the persistent operands back to their slots. The
+//   engine starts it after the transfers of those slots (the gradient's swap-out), and orders later
+//   swap-ins and discards of them after it; the compute thread does not wait for it. Reading
+//   through buffers costs two host copies per operand on the host tier; it is what lets the same
+//   task run on SSD copies.
+Status Executor::host_update(const Instruction& in, const RunContext& ctx) {
+  const Op& op = graph_.ops[in.op];
+  std::vector<TensorId> tensors;  // distinct operands, inputs first
+  std::vector<TransferEngine::SlotRef> reads, writes;
+  for (const auto* list : {&op.inputs, &op.outputs})
+    for (TensorId t : *list) {
+      if (std::find(tensors.begin(), tensors.end(), t) != tensors.end()) continue;
+      tensors.push_back(t);
+    }
+  std::vector<SwapTier*> where;
+  for (TensorId t : tensors) {
+    const std::optional<Tier> home = program_.home_tier(t);
+    SwapTier* tr = &tier(graph_.tensor(t).persistent() && home ? *home : in.tier);
+    where.push_back(tr);
+    reads.push_back({tr, t});
+    if (graph_.tensor(t).persistent()) writes.push_back({tr, t});
+  }
+  const int64_t step = ctx.optimizer_step;
+  auto task = [this, id = op.id, tensors, where, step]() -> Status {
+    const Op& u = graph_.ops[id];
+    std::vector<std::vector<std::byte>> buffers(tensors.size());
+    std::vector<std::span<std::byte>> spans;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const std::optional<SwapSlot> slot = where[i]->find(tensors[i]);
+      if (!slot)
+        return Status::Internal(fmt::format("host update '{}': the {} tier holds no copy of '{}'", u.name,
+                                            where[i]->name(), graph_.tensor(tensors[i]).name));
+      buffers[i].resize(slot->bytes);
+      FERRY_RETURN_IF_ERROR(where[i]->read(*slot, std::span<std::byte>(buffers[i])));
+      spans.emplace_back(buffers[i]);
+    }
+    FERRY_RETURN_IF_ERROR(run_update_on_host(graph_, u, step, tensors, spans));
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      if (!graph_.tensor(tensors[i]).persistent()) continue;
+      const std::optional<SwapSlot> slot = where[i]->find(tensors[i]);
+      FERRY_RETURN_IF_ERROR(where[i]->write(*slot, std::span<const std::byte>(buffers[i])));
+    }
+    return Status::Ok();
+  };
+  const TransferTicket ticket = engine_->run_on_host(std::move(task), reads, writes);
+  if (!ticket) return engine_->status().ok() ? Status::Internal("host update refused") : engine_->status();
+  ++host_updates_;
+  if (verifier_)  // the next iteration swaps the new values in: their hashes are unknown until then
+    for (TensorId t : tensors)
+      if (graph_.tensor(t).persistent()) verifier_->forget(t);
   return Status::Ok();
 }
 
@@ -605,6 +665,7 @@ Result<IterationStats> Executor::run_iteration(int64_t iteration, DataSource& da
   ctx.dropout_seed = options_.seed;
   stall_seconds_ = 0;
   recomputed_ops_ = 0;
+  host_updates_ = 0;
   std::fill(gone_at_.begin(), gone_at_.end(), -1);
   for (size_t k = 0; k < program_.instructions.size(); ++k)
     FERRY_RETURN_IF_ERROR(run_instruction(k, program_.instructions[k], ctx, inputs, host_inputs));

@@ -202,6 +202,8 @@ class Executor {
   double last_stall_seconds() const { return stall_seconds_; }
   // Kernels the last iteration ran again to rematerialise a tensor (recomputes), counted as run.
   size_t last_recomputed_ops() const { return recomputed_ops_; }
+  // Optimizer updates the last iteration ran on the host (Note [Host updates] in executor.cc).
+  size_t last_host_updates() const { return host_updates_; }
 
   // Wall time of every op in the last iteration, in microseconds (record_op_times only).
   const std::vector<double>& op_times_us() const { return op_times_us_; }
@@ -243,6 +245,7 @@ class Executor {
   Status run_kernel(const Instruction& in, const RunContext& ctx);
   Status check_resident(const Op& op, OpId step) const;
   Status run_op(OpId op, const RunContext& ctx, DevicePtr scratch);
+  Status host_update(const Instruction& in, const RunContext& ctx);  // Note [Host updates]
   DevicePtr address_of(TensorId t) const { return arena_ + block_[t]; }
   SwapTier& tier(Tier t) { return t == Tier::kHost ? *host_tier_ : *ssd_tier_; }
   Status wait_out(TensorId t);
@@ -289,6 +292,7 @@ class Executor {
   double iteration_start_us_ = 0;
   double stall_seconds_ = 0;
   size_t recomputed_ops_ = 0;
+  size_t host_updates_ = 0;
   int64_t optimizer_step_ = 0;
   std::vector<double> op_times_us_;
 };

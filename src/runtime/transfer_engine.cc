@@ -12,7 +12,7 @@ namespace ferry {
 Result<std::unique_ptr<TransferEngine>> TransferEngine::create(Backend& backend, TransferEngineOptions options) {
   std::unique_ptr<TransferEngine> engine(new TransferEngine(backend, std::move(options)));
   try {
-    for (int q : {kOut, kIn}) engine->queues_[q].thread = std::thread([e = engine.get(), q] { e->worker(q); });
+    for (int q : {kOut, kIn, kHost}) engine->queues_[q].thread = std::thread([e = engine.get(), q] { e->worker(q); });
   } catch (const std::system_error& e) {
     return Status::Internal(fmt::format("transfer engine: cannot start a worker thread: {}", e.what()));
   }
@@ -45,8 +45,8 @@ void TransferEngine::fail(Status st) {
 
 bool TransferEngine::done_locked(TransferTicket ticket) const {
   if (!ticket) return true;
-  const Queue& q = queues_[ticket.id & 1];
-  const uint64_t sequence = ticket.id >> 1;
+  const Queue& q = queues_[ticket.id & 3];
+  const uint64_t sequence = ticket.id >> 2;
   FERRY_CHECK(sequence <= q.issued, "ticket {} was not issued by this engine", ticket.id);
   return sequence <= q.completed;
 }
@@ -55,10 +55,12 @@ TransferTicket TransferEngine::issue(int queue, Job job, TensorId tensor) {
   Queue& q = queues_[queue];
   job.sequence = ++q.issued;
   job.issue_us = now_us();
-  TransferTicket ticket{(job.sequence << 1) | static_cast<uint64_t>(queue)};
-  SlotTickets& tickets = slot_tickets_[{job.tier, tensor}];
-  (queue == kOut ? tickets.out : tickets.in) = ticket;
-  q.jobs.push_back(job);
+  TransferTicket ticket{(job.sequence << 2) | static_cast<uint64_t>(queue)};
+  if (queue != kHost) {
+    SlotTickets& tickets = slot_tickets_[{job.tier, tensor}];
+    (queue == kOut ? tickets.out : tickets.in) = ticket;
+  }
+  q.jobs.push_back(std::move(job));
   work_cv_[queue].notify_one();
   return ticket;
 }
@@ -99,8 +101,25 @@ TransferTicket TransferEngine::swap_in(TensorId tensor, DevicePtr dst, uint64_t 
   job.slot = *slot;
   job.device = dst;
   if (auto it = slot_tickets_.find({&tier, tensor}); it != slot_tickets_.end() && !done_locked(it->second.out))
-    job.depends_on = it->second.out;
+    job.depends_on.push_back(it->second.out);
   return issue(kIn, job, tensor);
+}
+
+TransferTicket TransferEngine::run_on_host(std::function<Status()> task, const std::vector<SlotRef>& reads,
+                                           const std::vector<SlotRef>& writes) {
+  std::lock_guard lock(mu_);
+  if (!error_.ok() || stopping_) return {};
+  Job job;
+  job.task = std::move(task);
+  for (const auto* refs : {&reads, &writes})
+    for (const SlotRef& r : *refs)
+      if (auto it = slot_tickets_.find({r.tier, r.tensor}); it != slot_tickets_.end())
+        for (TransferTicket t : {it->second.out, it->second.in})
+          if (!done_locked(t)) job.depends_on.push_back(t);
+  const TransferTicket ticket = issue(kHost, std::move(job), kNoTensor);
+  for (const SlotRef& r : reads) slot_tickets_[{r.tier, r.tensor}].host = ticket;
+  for (const SlotRef& r : writes) slot_tickets_[{r.tier, r.tensor}].out = ticket;
+  return ticket;
 }
 
 Status TransferEngine::wait(TransferTicket ticket) {
@@ -116,7 +135,9 @@ bool TransferEngine::done(TransferTicket ticket) const {
 
 Status TransferEngine::drain() {
   std::unique_lock lock(mu_);
-  done_cv_.wait(lock, [&] { return queues_[kOut].jobs.empty() && queues_[kIn].jobs.empty(); });
+  done_cv_.wait(lock, [&] {
+    return queues_[kOut].jobs.empty() && queues_[kIn].jobs.empty() && queues_[kHost].jobs.empty();
+  });
   return error_;
 }
 
@@ -124,7 +145,8 @@ Status TransferEngine::discard(TensorId tensor, SwapTier& tier) {
   std::unique_lock lock(mu_);
   if (auto it = slot_tickets_.find({&tier, tensor}); it != slot_tickets_.end()) {
     const SlotTickets tickets = it->second;
-    done_cv_.wait(lock, [&] { return done_locked(tickets.out) && done_locked(tickets.in); });
+    done_cv_.wait(lock,
+                  [&] { return done_locked(tickets.out) && done_locked(tickets.in) && done_locked(tickets.host); });
     slot_tickets_.erase({&tier, tensor});
   }
   if (std::optional<SwapSlot> slot = tier.find(tensor)) tier.release(*slot);
@@ -157,20 +179,33 @@ void TransferEngine::worker(int queue) {
   for (;;) {
     work_cv_[queue].wait(lock, [&] { return stopping_ || !q.jobs.empty(); });
     if (q.jobs.empty()) return;  // stopping, nothing left
-    const Job job = q.jobs.front();
-    if (job.depends_on) done_cv_.wait(lock, [&] { return stopping_ || done_locked(job.depends_on); });
+    const Job& job = q.jobs.front();
+    for (TransferTicket dep : job.depends_on)
+      done_cv_.wait(lock, [&] { return stopping_ || done_locked(dep); });
     const bool skip = stopping_ || !error_.ok();
     const double start_us = now_us();
     Status st;
     if (!skip) {
       lock.unlock();
-      st = job.direction == Direction::kSwapOut ? job.tier->write(job.slot, backend_, job.device)
-                                              : job.tier->read(job.slot, backend_, job.device);
+      if (queue == kHost) st = job.task();
+      else st = job.direction == Direction::kSwapOut ? job.tier->write(job.slot, backend_, job.device)
+                                                     : job.tier->read(job.slot, backend_, job.device);
       lock.lock();
     }
     const double end_us = now_us();
-    if (!st.ok()) fail(st.with_context(std::string(to_string(job.direction))));
+    if (!st.ok()) fail(queue == kHost ? st.with_context("host task") : st.with_context(std::string(to_string(job.direction))));
     const bool ok = !skip && st.ok();
+    if (queue == kHost) {
+      if (ok) {
+        ++stats_.host_tasks;
+        stats_.host_busy_us += end_us - start_us;
+      }
+      const uint64_t done_sequence = job.sequence;
+      q.jobs.pop_front();
+      q.completed = done_sequence;
+      done_cv_.notify_all();
+      continue;
+    }
     if (ok) {
       if (job.direction == Direction::kSwapOut) {
         ++stats_.swap_outs;
@@ -183,7 +218,7 @@ void TransferEngine::worker(int queue) {
       }
     }
     if (options_.keep_records)
-      records_.push_back(TransferRecord{.ticket = {(job.sequence << 1) | static_cast<uint64_t>(queue)},
+      records_.push_back(TransferRecord{.ticket = {(job.sequence << 2) | static_cast<uint64_t>(queue)},
                                         .direction = job.direction,
                                         .tensor = job.slot.tensor,
                                         .tier = job.tier->name(),
@@ -192,8 +227,9 @@ void TransferEngine::worker(int queue) {
                                         .start_us = start_us,
                                         .end_us = end_us,
                                         .ok = ok});
+    const uint64_t done_sequence = job.sequence;
     q.jobs.pop_front();
-    q.completed = job.sequence;
+    q.completed = done_sequence;
     done_cv_.notify_all();
   }
 }

@@ -6,6 +6,9 @@
 //   (tier -> device), like a device-to-host and a host-to-device copy stream. Transfers in one
 //   queue run one after another in issue order; the two queues run at the same time, and both run
 //   concurrently with compute on the issuing thread.
+// - A third queue, "host", runs host tasks (optimizer updates on tier copies, ZeRO-Offload's
+//   placement: run_on_host) one after another on its own thread. A task waits for the transfers
+//   of the slots it names; later swap-ins and discards of those slots wait for the task.
 // - swap_out/swap_in return at once with a TransferTicket, the analogue of a recorded event;
 //   wait(ticket) blocks until that transfer is complete (cudaEventSynchronize) and done(ticket)
 //   polls (cudaEventQuery). A ticket is (sequence number, queue), and a queue completes in order,
@@ -49,6 +52,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -69,7 +73,7 @@ namespace ferry {
 // because an earlier transfer failed; it is always done, and waiting on it returns the engine's
 // status.
 struct TransferTicket {
-  uint64_t id = 0;  // (sequence << 1) | queue, sequence from 1
+  uint64_t id = 0;  // (sequence << 2) | queue, sequence from 1
   explicit operator bool() const { return id != 0; }
   bool operator==(const TransferTicket&) const = default;
 };
@@ -94,6 +98,8 @@ struct TransferEngineStats {
   uint64_t bytes_in = 0;
   double out_busy_us = 0;  // time the out-thread spent moving bytes
   double in_busy_us = 0;
+  uint64_t host_tasks = 0;  // completed successfully
+  double host_busy_us = 0;  // time the host thread spent running tasks
 };
 
 struct TransferEngineOptions {
@@ -119,6 +125,17 @@ class TransferEngine {
   // Queues a copy of `tensor`'s copy in `tier` to `dst` (`bytes` must be the copy's size). The
   // copy stays in the tier. A tensor with no slot there, or another size, is an error as above.
   TransferTicket swap_in(TensorId tensor, DevicePtr dst, uint64_t bytes, SwapTier& tier);
+
+  // A slot of a tier a host task reads or writes.
+  struct SlotRef {
+    SwapTier* tier = nullptr;
+    TensorId tensor = kNoTensor;
+  };
+  // Queues `task` on the host thread. It starts when the transfers of every slot in `reads` and
+  // `writes` issued so far are done (and the host tasks before it); swap-ins from and discards of
+  // those slots issued later wait for it. A failed task is the engine's error, as a failed transfer.
+  TransferTicket run_on_host(std::function<Status()> task, const std::vector<SlotRef>& reads,
+                             const std::vector<SlotRef>& writes);
 
   // Blocks until `ticket`'s transfer is done; returns the engine's status (the first error of any
   // transfer, sticky).
@@ -146,13 +163,16 @@ class TransferEngine {
  private:
   static constexpr int kOut = 0;
   static constexpr int kIn = 1;
+  static constexpr int kHost = 2;
+  static constexpr int kQueues = 3;
   struct Job {
     uint64_t sequence = 0;
     Direction direction = Direction::kSwapOut;
     SwapTier* tier = nullptr;
     SwapSlot slot;
     DevicePtr device{};
-    TransferTicket depends_on;  // swap-in: the swap-out that produces the copy
+    std::vector<TransferTicket> depends_on;  // swap-in: the swap-out (or host task) that produces the copy
+    std::function<Status()> task;             // host queue only
     double issue_us = 0;
   };
   struct Queue {
@@ -163,8 +183,9 @@ class TransferEngine {
   };
   // The last transfers of one slot, so later ones (and discard) can wait for them.
   struct SlotTickets {
-    TransferTicket out;
+    TransferTicket out;   // the last write of the slot: a swap-out or a host task
     TransferTicket in;
+    TransferTicket host;  // the last host task reading it
   };
 
   TransferEngine(Backend& backend, TransferEngineOptions options);
@@ -176,9 +197,9 @@ class TransferEngine {
   Backend& backend_;
   TransferEngineOptions options_;
   mutable std::mutex mu_;
-  std::condition_variable work_cv_[2];
+  std::condition_variable work_cv_[kQueues];
   mutable std::condition_variable done_cv_;
-  Queue queues_[2];
+  Queue queues_[kQueues];
   std::map<std::pair<const SwapTier*, TensorId>, SlotTickets> slot_tickets_;
   Status error_;
   bool stopping_ = false;

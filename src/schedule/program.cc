@@ -48,6 +48,7 @@ class Lowering {
 
   Result<Program> run() {
     FERRY_RETURN_IF_ERROR(check_shapes());
+    FERRY_RETURN_IF_ERROR(find_host_updates());
     find_producers();
     FERRY_RETURN_IF_ERROR(find_last_reads());
     FERRY_RETURN_IF_ERROR(emit());
@@ -102,6 +103,26 @@ class Lowering {
     return Status::Ok();
   }
 
+  // Which update ops run on the host, and where (kHostUpdate actions).
+  Status find_host_updates() {
+    host_at_.assign(num_ops(), kNever);
+    for (OpId i = 0; i < static_cast<OpId>(num_ops()); ++i)
+      for (Part part : {kBefore, kAfter}) {
+        const std::vector<Action>& list = actions(i, part);
+        for (size_t k = 0; k < list.size(); ++k) {
+          const Action& a = list[k];
+          if (a.kind != ActionKind::kHostUpdate) continue;
+          const OpId u = update_op_of(g_, a.tensor);
+          if (u == kNoOp || g_.tensor(a.tensor).persistent())
+            return error(i, part, k, a, "no optimizer update (sgd_update, adam_update) reads it as its gradient");
+          if (host_at_[static_cast<size_t>(u)] != kNever)
+            return error(i, part, k, a, fmt::format("update '{}' already runs on the host", g_.op(u).name));
+          host_at_[static_cast<size_t>(u)] = pos(i, part, k);
+        }
+      }
+    return Status::Ok();
+  }
+
   void find_producers() {
     producer_.assign(g_.tensors.size(), kNoOp);
     for (const Op& op : g_.ops)
@@ -119,7 +140,9 @@ class Lowering {
     for (OpId i = 0; i < static_cast<OpId>(num_ops()); ++i) {
       for (Part part : {kBefore, kOp, kAfter}) {
         if (part == kOp) {
-          for (TensorId t : g_.op(i).inputs) read(t, pos(i, kOp));
+          // A host update reads its operands where its action stands.
+          const Pos at = host_at_[static_cast<size_t>(i)] != kNever ? host_at_[static_cast<size_t>(i)] : pos(i, kOp);
+          for (TensorId t : g_.op(i).inputs) read(t, at);
           continue;
         }
         const std::vector<Action>& list = actions(i, part);
@@ -235,6 +258,12 @@ class Lowering {
 
   Status emit_op(const Op& op) {
     const OpId i = op.id;
+    if (host_at_[static_cast<size_t>(i)] != kNever) {  // ran on the host (kHostRun): nothing here
+      for (TensorId t : released_[static_cast<size_t>(i)])
+        if (death_[static_cast<size_t>(t)] == pos(i, kOp) && st_[static_cast<size_t>(t)].state == State::kOnDevice)
+          kill(i, t);
+      return Status::Ok();
+    }
     for (TensorId t : op.inputs)
       if (st_[static_cast<size_t>(t)].state != State::kOnDevice)
         return Status::InvalidArgument(fmt::format("schedule '{}': op '{}' (step {}) reads '{}' but {}", s_.policy,
@@ -309,6 +338,8 @@ class Lowering {
       case ActionKind::kSwapIn:
         if (ts.state != State::kOffDevice)
           return error(i, part, k, a, ts.state == State::kOnDevice ? "it is already on the device" : absence(t));
+        if (host_written_[static_cast<size_t>(t)])
+          return error(i, part, k, a, "a host update has written it: the next iteration reads the new value");
         if (!ts.copy[tier_index(a.tier)])
           return error(i, part, k, a, fmt::format("it has no copy on {} (swap it out first)", to_string(a.tier)));
         push_alloc(i, t, false);
@@ -317,7 +348,44 @@ class Lowering {
         return Status::Ok();
       case ActionKind::kRecompute:
         return emit_recompute(i, part, k, a);
+      case ActionKind::kHostUpdate:
+        return emit_host_update(i, part, k, a);
     }
+    return Status::Ok();
+  }
+
+  Status emit_host_update(OpId i, Part part, size_t k, const Action& a) {
+    const TensorId g = a.tensor;
+    TensorState& gs = st_[static_cast<size_t>(g)];
+    const Op& u = g_.op(update_op_of(g_, g));
+    if (gs.state != State::kOffDevice)
+      return error(i, part, k, a,
+                   gs.state == State::kOnDevice ? "the gradient is still on the device (swap it out and release it)"
+                                                : absence(g));
+    if (!gs.copy[tier_index(a.tier)])
+      return error(i, part, k, a, fmt::format("the gradient has no copy on {}", to_string(a.tier)));
+    auto operands = u.inputs;
+    operands.insert(operands.end(), u.outputs.begin(), u.outputs.end());
+    for (TensorId t : operands) {
+      if (!g_.tensor(t).persistent()) continue;
+      const TensorState& ps = st_[static_cast<size_t>(t)];
+      const int8_t home = home_[static_cast<size_t>(t)];
+      if (home < 0)
+        return error(i, part, k, a, fmt::format("update '{}' runs on the host but '{}' lives on the device between "
+                                                "iterations (offload it)", u.name, tname(t)));
+      if (ps.state != State::kOffDevice)
+        return error(i, part, k, a, fmt::format("'{}' of update '{}' is on the device (release it first)", tname(t),
+                                                u.name));
+      if (!ps.copy[static_cast<size_t>(home)] || ps.copy[static_cast<size_t>(1 - home)])
+        return error(i, part, k, a, fmt::format("'{}' of update '{}' must have a valid copy in its home tier ({}) and "
+                                                "none elsewhere", tname(t), u.name, to_string(home_tier(t))));
+    }
+    push({.kind = InstrKind::kHostRun, .tier = a.tier, .step = i, .op = u.id, .tensor = g});
+    ++p_.num_host_updates;
+    for (TensorId t : u.outputs)
+      if (g_.tensor(t).persistent()) host_written_[static_cast<size_t>(t)] = true;
+    gs.state = State::kDead;  // its copy stays until the end (kDrop), when the host lane is done
+    host_drops_.push_back(g);
     return Status::Ok();
   }
 
@@ -356,6 +424,7 @@ class Lowering {
 
   Status emit() {
     st_.assign(g_.tensors.size(), TensorState{});
+    host_written_.assign(g_.tensors.size(), false);
     p_.policy = s_.policy;
     p_.budget_bytes = s_.budget_bytes;
     p_.num_steps = num_ops();
@@ -370,6 +439,11 @@ class Lowering {
         const std::vector<Action>& list = actions(op.id, part);
         for (size_t k = 0; k < list.size(); ++k) FERRY_RETURN_IF_ERROR(emit_action(op.id, part, k, list[k]));
       }
+    }
+    const OpId last = num_ops() == 0 ? 0 : static_cast<OpId>(num_ops() - 1);
+    for (TensorId t : host_drops_) {
+      push_tensor(InstrKind::kDrop, last, t);
+      st_[static_cast<size_t>(t)].copy = {false, false};
     }
     for (const Tensor& t : g_.tensors) {
       const TensorState& ts = st_[static_cast<size_t>(t.id)];
@@ -402,6 +476,9 @@ class Lowering {
   std::vector<std::vector<TensorId>> released_;  // per step: tensors whose free_after is that step
   std::vector<TensorState> st_;
   std::vector<int8_t> home_;  // per tensor: tier index of an offloaded persistent tensor, or -1
+  std::vector<Pos> host_at_;  // per op: position of its kHostUpdate action, or kNever
+  std::vector<bool> host_written_;   // per tensor: a host update wrote it this iteration
+  std::vector<TensorId> host_drops_;  // gradients consumed by host updates, dropped at the end
 };
 
 }  // namespace
@@ -416,6 +493,8 @@ std::string_view to_string(InstrKind k) {
     case InstrKind::kRun: return "run";
     case InstrKind::kSwapOut: return "swap_out";
     case InstrKind::kSwapIn: return "swap_in";
+    case InstrKind::kHostRun: return "host_run";
+    case InstrKind::kDrop: return "drop";
   }
   return "?";
 }
@@ -433,12 +512,15 @@ std::string Program::to_text(const Graph& g) const {
     std::string what;
     switch (in.kind) {
       case InstrKind::kRun:
+      case InstrKind::kHostRun:
       case InstrKind::kAllocScratch:
       case InstrKind::kFreeScratch: what = g.op(in.op).name; break;
       default: what = g.tensor(in.tensor).name; break;
     }
     out += fmt::format("step {:<5} {:<13} {}", in.step, to_string(in.kind), what);
     if (in.kind == InstrKind::kSwapOut || in.kind == InstrKind::kSwapIn) out += fmt::format(" ({})", to_string(in.tier));
+    if (in.kind == InstrKind::kHostRun)
+      out += fmt::format(" (on the host; gradient {} on {})", g.tensor(in.tensor).name, to_string(in.tier));
     if (in.bytes > 0 && in.kind != InstrKind::kRun) out += "  " + format_bytes(in.bytes);
     if (in.inherit != kNoTensor) out += fmt::format("  (in place of {})", g.tensor(in.inherit).name);
     if (in.recompute) out += "  [recompute]";

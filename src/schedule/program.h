@@ -16,6 +16,8 @@
 //                        then outputs that nobody reads (not the loss), then tensors whose
 //                        release point (free_after) is op i, in id order
 //                      after[i] actions, in order
+//   end:               kDrop of every gradient a host update consumed (its copy lives until every
+//                        host update has finished)
 //   Persistent tensors and the loss are never freed: they are still allocated after the last
 //   instruction (the caller reads the loss, then frees it before the next iteration). Offloaded
 //   persistent tensors (Schedule::offloaded) get no prologue kAlloc: they start off the device
@@ -29,6 +31,8 @@
 //                        off the device (a temporary), kAllocScratch, kRun (recompute),
 //                        kFreeScratch, kRelease of the temporaries (kFree where they are dead),
 //                        kFree of producer inputs whose last use was this recompute.
+//   kHostUpdate(g, tier) -> kHostRun (the update op, reading g's copy in tier); the op's own step
+//                        emits nothing, and g dies here (its kDrop is at the end).
 //
 // Rules (violations are InvalidArgument naming the step, the action and the tensor)
 // - Last use counts every read in program order: ops and the producer inputs of recomputes. A
@@ -41,6 +45,10 @@
 //   on the device are overwritten with identical values (ops are deterministic), the others get
 //   a temporary block. Data inputs, persistent tensors and outputs of update ops cannot be
 //   recomputed.
+// - A host update (kHostUpdate) needs its gradient off the device with a copy in the action's tier,
+//   and every persistent tensor its op reads or writes offloaded, off the device, with a copy in
+//   its home tier and in no other tier; an op may be host-updated once. It reads its gradient
+//   there (the gradient's last read); afterwards no action may bring a tensor it wrote back.
 // - Persistent tensors and the loss must be on the device when the iteration ends, except
 //   offloaded persistent tensors, which must be off it with a valid copy in their tier. Only
 //   offloaded persistent tensors may be released.
@@ -53,6 +61,10 @@
 // - kRun waits for every tensor it reads to be ready (a swap-in in flight) and for any swap-out
 //   in flight from a block it writes (update ops, in-place outputs, recompute overwrites).
 // - kRelease and kFree wait for any swap-out in flight from the block they free.
+// - kHostRun runs on a host lane, one update at a time in program order, beside compute and the
+//   copies: it starts when it is issued, its gradient's swap-out has reached the tier and the
+//   previous host update has finished. The copies it writes are complete when it ends; the
+//   iteration ends when every host update has.
 #pragma once
 
 #include <cstdint>
@@ -75,17 +87,20 @@ enum class InstrKind : uint8_t {
   kRun,           // run `op` on the compute stream
   kSwapOut,       // start copying `tensor` to `tier`
   kSwapIn,        // start copying `tensor` from `tier` into the block its kAlloc just made
+  kHostRun,       // run update op `op` on the host lane, from tier copies; `tensor`: its gradient,
+                  // whose copy is in `tier`
+  kDrop,          // `tensor` (off the device, dead) drops its copies
 };
 std::string_view to_string(InstrKind k);
 
 struct Instruction {
   InstrKind kind = InstrKind::kRun;
-  Tier tier = Tier::kHost;       // kSwapOut, kSwapIn
+  Tier tier = Tier::kHost;       // kSwapOut, kSwapIn, kHostRun
   bool recompute = false;        // kAlloc, kAllocScratch, kRun, kFreeScratch, kRelease/kFree of a
                                  // temporary: part of a kRecompute action
   OpId step = 0;                 // the step whose part of the program emitted it
-  OpId op = kNoOp;               // kRun, kAllocScratch, kFreeScratch
-  TensorId tensor = kNoTensor;   // kAlloc, kFree, kRelease, kSwapOut, kSwapIn
+  OpId op = kNoOp;               // kRun, kAllocScratch, kFreeScratch, kHostRun
+  TensorId tensor = kNoTensor;   // kAlloc, kFree, kRelease, kSwapOut, kSwapIn, kHostRun, kDrop
   TensorId inherit = kNoTensor;  // kAlloc only: in-place, `tensor` takes over this tensor's block
                                  // (which dies here, dropping its copies)
   uint64_t bytes = 0;            // the tensor's or the scratch's bytes
@@ -104,6 +119,7 @@ struct Program {
   size_t num_steps = 0;
   uint64_t persistent_bytes = 0;  // sum of persistent tensor bytes allocated by the prologue
   size_t num_actions = 0;         // schedule actions lowered
+  size_t num_host_updates = 0;    // kHostRun instructions
   std::vector<Offload> offloaded;  // Schedule::offloaded
 
   // Where persistent tensor `t` lives between iterations: nullopt for the device.

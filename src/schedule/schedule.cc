@@ -8,8 +8,17 @@ std::string_view to_string(ActionKind k) {
     case ActionKind::kRelease: return "release";
     case ActionKind::kSwapIn: return "swap_in";
     case ActionKind::kRecompute: return "recompute";
+    case ActionKind::kHostUpdate: return "host_update";
   }
   return "?";
+}
+
+OpId update_op_of(const Graph& g, TensorId gradient) {
+  for (const Op& op : g.ops)
+    if ((op.type == OpType::kSgdUpdate || op.type == OpType::kAdamUpdate) && op.inputs.size() > 1 &&
+        op.inputs[1] == gradient)
+      return op.id;
+  return kNoOp;
 }
 
 

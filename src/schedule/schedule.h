@@ -36,12 +36,12 @@
 
 namespace ferry {
 
-enum class ActionKind : uint8_t { kSwapOut, kRelease, kSwapIn, kRecompute };
+enum class ActionKind : uint8_t { kSwapOut, kRelease, kSwapIn, kRecompute, kHostUpdate };
 
 struct Action {
   ActionKind kind = ActionKind::kRelease;
-  TensorId tensor = kNoTensor;
-  Tier tier = Tier::kHost;  // for kSwapOut / kSwapIn
+  TensorId tensor = kNoTensor;  // kHostUpdate: the weight gradient whose update runs on the host
+  Tier tier = Tier::kHost;      // for kSwapOut / kSwapIn; kHostUpdate: the tier holding the gradient
   bool operator==(const Action&) const = default;
 };
 
@@ -66,6 +66,14 @@ struct Schedule {
     s.after.resize(steps);
     return s;
   }
+  // Host updates (kHostUpdate actions) in the schedule.
+  size_t num_host_updates() const {
+    size_t n = 0;
+    for (const auto* lists : {&before, &after})
+      for (const auto& v : *lists)
+        for (const Action& a : v) n += a.kind == ActionKind::kHostUpdate;
+    return n;
+  }
   size_t num_actions() const {
     size_t n = 0;
     for (const auto& v : before) n += v.size();
@@ -75,5 +83,9 @@ struct Schedule {
 };
 
 std::string_view to_string(ActionKind k);
+
+// The optimizer update op (sgd_update, adam_update) that reads weight gradient `gradient` as its
+// gradient operand (input 1), or kNoOp when there is none: the op a kHostUpdate action runs.
+OpId update_op_of(const Graph& g, TensorId gradient);
 
 }  // namespace ferry

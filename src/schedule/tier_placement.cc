@@ -29,7 +29,7 @@ std::vector<TierCopy> tier_copies(const Graph& g, const Program& p, Tier tier) {
       continue;
     }
     TensorId dies = kNoTensor;
-    if (in.kind == InstrKind::kFree) dies = in.tensor;
+    if (in.kind == InstrKind::kFree || in.kind == InstrKind::kDrop) dies = in.tensor;
     if (in.kind == InstrKind::kAlloc && in.inherit != kNoTensor) dies = in.inherit;
     if (dies == kNoTensor) continue;
     auto it = index.find(dies);

@@ -55,9 +55,10 @@ size_t tier_index(Tier t) { return t == Tier::kHost ? 0 : 1; }
 class Simulation {
  public:
   Simulation(const Graph& g, const Program& p, const CostModel& cost, const SimOptions& o,
-             const std::vector<double>& op_us, const ProgramPlacement& placement, uint64_t capacity,
-             int32_t queue_depth)
-      : g_(g), p_(p), cost_(cost), o_(o), op_us_(op_us), placement_(placement), alloc_(capacity, o.alignment, "device") {
+             const std::vector<double>& op_us, const std::vector<double>& host_us, const ProgramPlacement& placement,
+             uint64_t capacity, int32_t queue_depth)
+      : g_(g), p_(p), cost_(cost), o_(o), op_us_(op_us), host_us_(host_us), placement_(placement),
+        alloc_(capacity, o.alignment, "device") {
     tensors_.resize(g.tensors.size());
     d2h_ = &stream_free_[0];
     h2d_ = cost.copy_directions_concurrent() ? &stream_free_[1] : &stream_free_[0];
@@ -211,8 +212,35 @@ class Simulation {
       case InstrKind::kSwapIn:
         swap_in(in);
         return true;
+      case InstrKind::kHostRun:
+        host_run(in);
+        return true;
+      case InstrKind::kDrop:
+        drop_copies(in.tensor);
+        return true;
     }
     return true;
+  }
+
+  // An update on the host lane: after its issue, its operands' copies and the previous host update.
+  void host_run(const Instruction& in) {
+    const Op& op = g_.op(in.op);
+    double start = std::max({now_, host_free_, ts(in.tensor).copy_ready_us[tier_index(in.tier)]});
+    std::vector<TensorId> persistent;
+    for (const auto* list : {&op.inputs, &op.outputs})
+      for (TensorId t : *list)
+        if (g_.tensor(t).persistent()) {
+          const std::optional<Tier> home = p_.home_tier(t);
+          if (home) start = std::max(start, ts(t).copy_ready_us[tier_index(*home)]);
+          persistent.push_back(t);
+        }
+    const double end = start + host_us_[static_cast<size_t>(op.id)];
+    host_free_ = end;
+    for (TensorId t : persistent)
+      if (const std::optional<Tier> home = p_.home_tier(t)) ts(t).copy_ready_us[tier_index(*home)] = end;
+    r_.host_update_us += end - start;
+    ++r_.num_host_updates;
+    event(SimStream::kHost, EventKind::kHostUpdate, op.name + " (host)", in.step, op.id, in.tensor, 0, start, end);
   }
 
   void run_op(const Instruction& in) {
@@ -299,7 +327,8 @@ class Simulation {
 
   void finish() {
     r_.compute_end_us = now_;
-    r_.iteration_us = std::max({now_, stream_free_[0], stream_free_[1], ssd_write_.last_end(), ssd_read_.last_end()});
+    r_.iteration_us =
+        std::max({now_, stream_free_[0], stream_free_[1], ssd_write_.last_end(), ssd_read_.last_end(), host_free_});
     const AllocatorStats s = alloc_.stats();
     r_.peak_device_bytes = s.peak_high_water_bytes;
     r_.peak_in_use_bytes = std::max(r_.peak_in_use_bytes, s.peak_in_use_bytes);
@@ -325,6 +354,7 @@ class Simulation {
   const CostModel& cost_;
   const SimOptions& o_;
   const std::vector<double>& op_us_;
+  const std::vector<double>& host_us_;  // per op: its time as a host update (ops that run there)
   const ProgramPlacement& placement_;
   OffsetAllocator alloc_;
   std::vector<TensorSim> tensors_;
@@ -334,6 +364,7 @@ class Simulation {
   double* h2d_ = nullptr;
   SsdQueue ssd_write_, ssd_read_;
   uint64_t scratch_offset_ = 0;
+  double host_free_ = 0;  // the host lane (host updates)
   uint64_t host_live_ = 0, ssd_live_ = 0;
   std::vector<Stall> stalls_;
   SimResult r_;
@@ -348,6 +379,7 @@ std::string_view to_string(SimStream s) {
     case SimStream::kHostToDevice: return to_string(Link::kHostToDevice);
     case SimStream::kSsdWrite: return to_string(Link::kSsdWrite);
     case SimStream::kSsdRead: return to_string(Link::kSsdRead);
+    case SimStream::kHost: return "host";
   }
   return "?";
 }
@@ -361,6 +393,7 @@ std::string_view to_string(EventKind k) {
     case EventKind::kSsdWrite: return "ssd_write";
     case EventKind::kSsdRead: return "ssd_read";
     case EventKind::kStall: return "stall";
+    case EventKind::kHostUpdate: return "host_update";
   }
   return "?";
 }
@@ -389,6 +422,18 @@ Result<SimResult> simulate_program(const Graph& g, const Program& program, const
                                                  op.name, op.id, t));
   }
 
+  std::vector<double> host_us(g.ops.size(), 0.0);
+  for (const Instruction& in : program.instructions) {
+    if (in.kind != InstrKind::kHostRun) continue;
+    const std::optional<double> t = cost.host_update_us(g, g.op(in.op));
+    if (!t)
+      return Status::InvalidArgument(fmt::format(
+          "plan '{}' runs update '{}' on the host, but profile '{}' has no host optimizer rate "
+          "(host.optimizer_bytes_per_s)",
+          program.policy, g.op(in.op).name, cost.profile().name));
+    host_us[static_cast<size_t>(in.op)] = *t;
+  }
+
   uint64_t capacity = opts.budget_bytes != 0 ? opts.budget_bytes : program.budget_bytes;
   if (capacity == 0) capacity = kUnlimitedBytes;
 
@@ -399,11 +444,11 @@ Result<SimResult> simulate_program(const Graph& g, const Program& program, const
     FERRY_ASSIGN_OR_RETURN(placement, place_program(g, program, opts.alignment));
   }
   std::optional<SimFailure> failure;
-  SimResult r = Simulation(g, program, cost, opts, op_us, placement, capacity, depth).run(failure);
+  SimResult r = Simulation(g, program, cost, opts, op_us, host_us, placement, capacity, depth).run(failure);
   if (failure) {
     // Rerun without the limit: the user sees the whole iteration and how much it needs.
     std::optional<SimFailure> unlimited_failure;
-    r = Simulation(g, program, cost, opts, op_us, placement, kUnlimitedBytes, depth).run(unlimited_failure);
+    r = Simulation(g, program, cost, opts, op_us, host_us, placement, kUnlimitedBytes, depth).run(unlimited_failure);
     r.budget_bytes = capacity;
     failure->required_bytes = r.peak_device_bytes;
     r.feasible = false;

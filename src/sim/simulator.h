@@ -71,11 +71,12 @@ struct SimOptions {
   size_t max_top_stalls = 10;     // how many of the longest stalls to keep
 };
 
-enum class SimStream : uint8_t { kCompute, kDeviceToHost, kHostToDevice, kSsdWrite, kSsdRead };
-inline constexpr size_t kNumSimStreams = 5;
+// kHost: the host lane on which optimizer updates run on the host CPU (kHostUpdate).
+enum class SimStream : uint8_t { kCompute, kDeviceToHost, kHostToDevice, kSsdWrite, kSsdRead, kHost };
+inline constexpr size_t kNumSimStreams = 6;
 std::string_view to_string(SimStream s);
 
-enum class EventKind : uint8_t { kOp, kRecompute, kSwapOut, kSwapIn, kSsdWrite, kSsdRead, kStall };
+enum class EventKind : uint8_t { kOp, kRecompute, kSwapOut, kSwapIn, kSsdWrite, kSsdRead, kStall, kHostUpdate };
 std::string_view to_string(EventKind k);
 
 // One interval on one stream.
@@ -140,6 +141,8 @@ struct SimResult {
   double iteration_us = 0;      // end of the last event on any stream
   double compute_busy_us = 0;   // sum of op and recompute times
   double recompute_us = 0;      // the recompute part of compute_busy_us
+  double host_update_us = 0;    // time the host lane spent on updates (kHostRun)
+  size_t num_host_updates = 0;
   double stall_us = 0;          // compute-stream time spent waiting
   double compute_end_us = 0;    // end of the last instruction on the compute stream
   std::array<double, kNumSimStreams> busy_us{};  // per stream: time occupied (data + latency)

@@ -290,6 +290,7 @@ std::string svg_lanes(const MemoryPlot& p, const SimResult& r) {
       {"to device", "#9467bd", [](const SimEvent& e) { return e.stream == SimStream::kHostToDevice; }},
       {"SSD write", "#8c564b", [](const SimEvent& e) { return e.stream == SimStream::kSsdWrite; }},
       {"SSD read", "#e377c2", [](const SimEvent& e) { return e.stream == SimStream::kSsdRead; }},
+      {"host update", "#17becf", [](const SimEvent& e) { return e.stream == SimStream::kHost; }},
   };
   constexpr double kLaneH = 14, kLaneGap = 4;
   const int columns = static_cast<int>(P::kPlotW);

@@ -13,6 +13,8 @@
 #include "cost/profile.h"
 #include "data/data.h"
 #include "graph/zoo/zoo.h"
+#include "plan/ferry/host_updates.h"
+#include "plan/policy_common.h"
 #include "runtime/executor.h"
 #include "training_run.h"
 #include "schedule/program.h"
@@ -60,10 +62,32 @@ Schedule offload_all(const Graph& g, Tier tier) {
   return s;
 }
 
+// ZeRO-Offload's placement by hand: offload_all's schedule with every optimizer update run on the
+// host (kHostUpdate) from `tier`'s copies: each gradient is swapped out to `tier` and released right
+// after its producer, and the update runs where the update op stood.
+Schedule host_update_all(const Graph& g, Tier tier) {
+  Schedule s = offload_all(g, tier);
+  s.policy = "host-update-all";
+  for (const Op& op : g.ops) {
+    if (op.type != OpType::kSgdUpdate && op.type != OpType::kAdamUpdate) continue;
+    s.before[op.id].clear();  // the update no longer needs its operands on the device
+    s.after[op.id].clear();
+    const TensorId grad = op.inputs[1];
+    OpId producer = kNoOp;
+    for (const Op& p : g.ops)
+      if (std::find(p.outputs.begin(), p.outputs.end(), grad) != p.outputs.end()) producer = p.id;
+    s.after[producer].push_back({ActionKind::kSwapOut, grad, tier});
+    s.after[producer].push_back({ActionKind::kRelease, grad, tier});
+    s.before[op.id].push_back({ActionKind::kHostUpdate, grad, tier});
+  }
+  return s;
+}
+
 struct Outcome {
   std::vector<float> losses;
   std::vector<std::vector<std::byte>> persistent;
   uint64_t measured_peak = 0, predicted_live = 0, swapped_in = 0;
+  size_t host_updates = 0;  // in the last iteration
 };
 
 Result<Outcome> train(const Graph& g, const Schedule* s, bool verify = false) {
@@ -79,6 +103,7 @@ Result<Outcome> train(const Graph& g, const Schedule* s, bool verify = false) {
   out.measured_peak = run.executor->measured_peak_bytes();
   out.predicted_live = run.executor->predicted_live_peak_bytes();
   out.swapped_in = run.executor->transfer_stats().bytes_in;
+  out.host_updates = run.executor->last_host_updates();
   return out;
 }
 
@@ -133,6 +158,139 @@ INSTANTIATE_TEST_SUITE_P(Models, OffloadAll,
                              if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
                            return n;
                          });
+
+size_t count_updates(const Graph& g) {
+  return static_cast<size_t>(std::count_if(g.ops.begin(), g.ops.end(), [](const Op& op) {
+    return op.type == OpType::kSgdUpdate || op.type == OpType::kAdamUpdate;
+  }));
+}
+
+void expect_same_training(const Outcome& run, const Outcome& reference) {
+  EXPECT_EQ(run.losses, reference.losses);
+  ASSERT_EQ(run.persistent.size(), reference.persistent.size());
+  for (size_t i = 0; i < run.persistent.size(); ++i)
+    EXPECT_TRUE(run.persistent[i] == reference.persistent[i]) << "persistent tensor " << i;
+}
+
+class HostUpdates : public ::testing::TestWithParam<std::tuple<const char*, Tier>> {};
+
+// Every update on the host, reading weights, gradients and optimizer state from `tier`: bitwise the
+// losses, weights and optimizer state of updating on the device; the simulator runs the same
+// program (same live peak, every update on its host lane).
+TEST_P(HostUpdates, TrainBitwiseLikeUpdatingOnTheDevice) {
+  const auto [name, tier] = GetParam();
+  const Graph g = model(name);
+  Result<Outcome> reference = train(g, nullptr);
+  ASSERT_TRUE(reference.ok()) << reference.status().message();
+  const Schedule s = host_update_all(g, tier);
+  ASSERT_EQ(s.num_host_updates(), count_updates(g));
+  Result<Outcome> run = train(g, &s);
+  ASSERT_TRUE(run.ok()) << run.status().message();
+  EXPECT_EQ(run->host_updates, count_updates(g));
+  expect_same_training(*run, *reference);
+  EXPECT_EQ(run->measured_peak, run->predicted_live);
+  Result<Outcome> verified = train(g, &s, /*verify=*/true);
+  ASSERT_TRUE(verified.ok()) << verified.status().message();
+  expect_same_training(*verified, *reference);
+
+  auto backend = make_backend("cpu").value();
+  auto compiled = backend->compile(g).value();
+  const Graph sized = with_backend_sizes(g, *compiled);
+  HardwareProfile profile = load_profile("cpu-local").value();
+  profile.host_optimizer_bytes_per_s = 18e9;  // cpu-local has none (its host is the device's CPU)
+  const CostModel cost(profile);
+  SimOptions so;
+  so.op_scratch_bytes = compiled->all_scratch_bytes();
+  so.alignment = Backend::kDeviceAlignment;
+  Result<SimResult> sim = simulate(sized, s, cost, so);
+  ASSERT_TRUE(sim.ok()) << sim.status().message();
+  EXPECT_EQ(sim->peak_in_use_bytes, run->measured_peak);
+  EXPECT_EQ(sim->num_host_updates, count_updates(g));
+  EXPECT_GT(sim->host_update_us, 0);
+  EXPECT_GE(sim->iteration_us, sim->compute_end_us);
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, HostUpdates,
+                         ::testing::Combine(::testing::Values("resnet-mini", "gpt2-mini"),
+                                            ::testing::Values(Tier::kHost, Tier::kSsd)),
+                         [](const auto& info) {
+                           std::string n = std::string(std::get<0>(info.param)) + "_" +
+                                           std::string(to_string(std::get<1>(info.param)));
+                           for (char& c : n)
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           return n;
+                         });
+
+// The planner's rewrite (plan/ferry/host_updates.h) of the keep plan: updates overlap the backward
+// pass, weights are prefetched; still bitwise, with no optimizer state on the device and less
+// device memory than without a plan.
+TEST(HostUpdatesPlanned, KeepPlanRewrittenTrainsBitwise) {
+  for (const char* name : {"resnet-mini", "gpt2-mini"}) {
+    SCOPED_TRACE(name);
+    const Graph g = model(name);
+    auto backend = make_backend("cpu").value();
+    auto compiled = backend->compile(g).value();
+    const Graph sized = with_backend_sizes(g, *compiled);
+    // cpu-local offers no host updates (its host is the CPU the kernels run on): give it a rate.
+    HardwareProfile profile = load_profile("cpu-local").value();
+    profile.host_optimizer_bytes_per_s = 18e9;
+    const CostModel cost(profile);
+    PlanContext ctx{.graph = sized, .cost = cost};
+    ctx.op_scratch_bytes = compiled->all_scratch_bytes();
+    ctx.budget_bytes = 0;
+    Result<PlanFacts> facts = make_plan_facts(ctx);
+    ASSERT_TRUE(facts.ok()) << facts.status().message();
+    const std::vector<OpId> ops = planner::host_updatable_ops(ctx, *facts);
+    ASSERT_EQ(ops.size(), count_updates(g));
+    Result<Schedule> s = complete_schedule(*facts, planner::with_host_updates(ctx, *facts, empty_schedule(ctx, "t"), ops));
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    Result<Outcome> reference = train(g, nullptr);
+    ASSERT_TRUE(reference.ok()) << reference.status().message();
+    Result<Outcome> run = train(g, &*s);
+    ASSERT_TRUE(run.ok()) << run.status().message();
+    EXPECT_EQ(run->host_updates, ops.size());
+    expect_same_training(*run, *reference);
+    EXPECT_LT(run->measured_peak, reference->measured_peak);
+  }
+}
+
+// Lowering refuses host updates whose operands are not where the host can read them.
+TEST(HostUpdateRules, LoweringRefusesWhatTheHostCannotRun) {
+  const Graph g = model("gpt2-mini");
+  const Schedule good = host_update_all(g, Tier::kHost);
+  ASSERT_TRUE(lower_schedule(g, good).ok());
+  OpId u = kNoOp;
+  for (const Op& op : g.ops)
+    if (op.type == OpType::kAdamUpdate && u == kNoOp) u = op.id;
+  ASSERT_NE(u, kNoOp);
+  const TensorId grad = g.op(u).inputs[1], w = g.op(u).inputs[0];
+  auto message = [&](const Schedule& s) {
+    Result<Program> p = lower_schedule(g, s);
+    return p.ok() ? std::string("lowered") : p.status().message();
+  };
+  // The gradient still on the device.
+  Schedule a = good;
+  for (auto& list : a.after) std::erase_if(list, [&](const Action& x) { return x.kind == ActionKind::kRelease && x.tensor == grad; });
+  EXPECT_NE(message(a).find("still on the device"), std::string::npos) << message(a);
+  // The weight lives on the device (not offloaded).
+  Schedule b = good;
+  std::erase_if(b.offloaded, [&](const Offload& o) { return o.tensor == w; });
+  for (auto* lists : {&b.before, &b.after})
+    for (auto& list : *lists) std::erase_if(list, [&](const Action& x) { return x.tensor == w; });
+  EXPECT_NE(message(b).find("offload"), std::string::npos) << message(b);
+  // The updated weight brought back in the same iteration.
+  Schedule c = good;
+  c.after[u].push_back({ActionKind::kSwapIn, w, Tier::kHost});
+  EXPECT_NE(message(c).find("host update has written it"), std::string::npos) << message(c);
+  // A tensor no update reads as its gradient.
+  Schedule d = good;
+  d.before[u].push_back({ActionKind::kHostUpdate, w, Tier::kHost});
+  EXPECT_NE(message(d).find("no optimizer update"), std::string::npos) << message(d);
+  // The same update twice.
+  Schedule e = good;
+  e.before[u].push_back({ActionKind::kHostUpdate, grad, Tier::kHost});
+  EXPECT_NE(message(e).find("already runs on the host"), std::string::npos) << message(e);
+}
 
 TEST(OffloadRules, LoweringRefusesSchedulesThatLoseStateOrStrandIt) {
   const Graph g = model("resnet-mini");

@@ -68,7 +68,7 @@ TEST(TimelineTest, ChromeTraceHasAThreadPerStreamEveryEventAndTheMemoryCounter) 
       EXPECT_TRUE(e["args"].contains("in_use_bytes"));
     }
   }
-  EXPECT_EQ(threads, (std::set<std::string>{"compute", "d2h", "h2d", "ssd_write", "ssd_read"}));
+  EXPECT_EQ(threads, (std::set<std::string>{"compute", "d2h", "h2d", "ssd_write", "ssd_read", "host"}));
   EXPECT_EQ(complete, r.events.size());
   EXPECT_EQ(counters, r.memory.size());
   EXPECT_EQ(stalls, r.num_stalls);

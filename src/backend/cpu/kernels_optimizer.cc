@@ -1,15 +1,11 @@
-// Optimizer updates, hand-written element-wise loops over the weight's storage.
+// Optimizer updates: the loops of backend/host_optimizer.h (which states the arithmetic) run over
+// the weight's storage in the arena, the same code the runtime runs on tier copies when a plan
+// puts an update on the host.
 //
 // The weight, its gradient and its optimizer state share one layout (Note [Layouts]), so the
 // update runs over the whole buffer, padding included: padding is 0 in every operand and every
-// update below maps zeros to zeros. Weights and state are updated in place (outputs alias inputs).
-//
-// SGD (PyTorch semantics, dampening 0, no Nesterov):
-//   g = dw + wd * w;  buf = momentum * buf + g (when momentum > 0);  w -= lr * buf (or lr * g)
-// Adam, AdamW when weight_decay > 0 (decoupled, as torch.optim.AdamW), t = RunContext::optimizer_step:
-//   w *= 1 - lr * wd;  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
-//   w -= (lr / (1 - b1^t)) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
-#include <cmath>
+// update maps zeros to zeros. Weights and state are updated in place (outputs alias inputs).
+#include "backend/host_optimizer.h"
 
 #include <fmt/format.h>
 
@@ -41,24 +37,8 @@ std::unique_ptr<Kernel> sgd(const OpSetup& s) {
   auto k = new_kernel(s);
   const int64_t n = bind_all(*k, s);
   k->set_body([n, at, momentum](const ExecArgs& a) {
-    const float* w_in = a.in_as<const float>(0);
-    const float* dw = a.in_as<const float>(1);
-    float* w = a.out_as<float>(0);
-    const float lr = at.lr, wd = at.weight_decay, mu = at.momentum_sgd;
-    if (momentum) {
-      const float* buf_in = a.in_as<const float>(2);
-      float* buf = a.out_as<float>(1);
-#pragma omp parallel for simd schedule(static) if (parallel_worth(n))
-      for (int64_t i = 0; i < n; ++i) {
-        const float g = dw[i] + wd * w_in[i];
-        const float b = mu * buf_in[i] + g;
-        buf[i] = b;
-        w[i] = w_in[i] - lr * b;
-      }
-    } else {
-#pragma omp parallel for simd schedule(static) if (parallel_worth(n))
-      for (int64_t i = 0; i < n; ++i) w[i] = w_in[i] - lr * (dw[i] + wd * w_in[i]);
-    }
+    sgd_update_loop(n, at, a.in_as<const float>(0), a.in_as<const float>(1), a.out_as<float>(0),
+                    momentum ? a.in_as<const float>(2) : nullptr, momentum ? a.out_as<float>(1) : nullptr);
     return Status::Ok();
   });
   return k;
@@ -74,31 +54,10 @@ std::unique_ptr<Kernel> adam(const OpSetup& s) {
   auto k = new_kernel(s);
   const int64_t n = bind_all(*k, s);
   k->set_body([n, at, name = s.op.name](const ExecArgs& a) {
-    const int64_t t = a.ctx().optimizer_step;
-    if (t < 1) return Status::InvalidArgument(fmt::format("op '{}': optimizer step {} must be >= 1", name, t));
-    const double bc1 = 1.0 - std::pow(static_cast<double>(at.beta1), static_cast<double>(t));
-    const double bc2 = 1.0 - std::pow(static_cast<double>(at.beta2), static_cast<double>(t));
-    const float step_size = static_cast<float>(at.lr / bc1);
-    const float inv_sqrt_bc2 = static_cast<float>(1.0 / std::sqrt(bc2));
-    const float decay = 1.0f - at.lr * at.weight_decay;
-    const float b1 = at.beta1, b2 = at.beta2, eps = at.adam_eps;
-    const float* w_in = a.in_as<const float>(0);
-    const float* dw = a.in_as<const float>(1);
-    const float* m_in = a.in_as<const float>(2);
-    const float* v_in = a.in_as<const float>(3);
-    float* w = a.out_as<float>(0);
-    float* m = a.out_as<float>(1);
-    float* v = a.out_as<float>(2);
-#pragma omp parallel for simd schedule(static) if (parallel_worth(n))
-    for (int64_t i = 0; i < n; ++i) {
-      const float g = dw[i];
-      const float mi = b1 * m_in[i] + (1.0f - b1) * g;
-      const float vi = b2 * v_in[i] + (1.0f - b2) * g * g;
-      m[i] = mi;
-      v[i] = vi;
-      w[i] = w_in[i] * decay - step_size * mi / (std::sqrt(vi) * inv_sqrt_bc2 + eps);
-    }
-    return Status::Ok();
+    Status st = adam_update_loop(n, at, a.ctx().optimizer_step, a.in_as<const float>(0), a.in_as<const float>(1),
+                                 a.in_as<const float>(2), a.in_as<const float>(3), a.out_as<float>(0),
+                                 a.out_as<float>(1), a.out_as<float>(2));
+    return st.ok() ? st : Status::InvalidArgument(fmt::format("op '{}': {}", name, st.message()));
   });
   return k;
 }

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "plan/ferry/host_updates.h"
 #include "plan/ferry/gaps.h"
 #include "plan/ferry/lp.h"
 
@@ -83,7 +84,29 @@ Result<LowerBound> plan_lower_bound(const PlanContext& ctx, const PlanFacts& fac
   const Graph& g = facts.g();
   const size_t n = g.ops.size();
   LowerBound out;
-  const double compute_us = std::accumulate(facts.op_us.begin(), facts.op_us.end(), 0.0);
+  // Updates a plan may run on the host (host_updates.h) leave the device's compute, their optimizer
+  // state needs no link, their weights no swap-out (the host writes the copy) and their gradients
+  // no swap-in: the bound credits all of that, so it holds for plans with host updates too.
+  const std::vector<OpId> host_ops = planner::host_updatable_ops(ctx, facts);
+  std::vector<double> device_us = facts.op_us;
+  std::vector<bool> host_written(g.tensors.size(), false), host_state(g.tensors.size(), false),
+      host_gradient(g.tensors.size(), false);
+  {
+    std::vector<bool> read_on_device(g.tensors.size(), false), host_op(n, false);
+    for (OpId u : host_ops) host_op[static_cast<size_t>(u)] = true;
+    for (const Op& op : g.ops)
+      if (!host_op[static_cast<size_t>(op.id)])
+        for (TensorId t : op.inputs) read_on_device[static_cast<size_t>(t)] = true;
+    for (OpId u : host_ops) {
+      device_us[static_cast<size_t>(u)] = 0;
+      host_gradient[static_cast<size_t>(g.op(u).inputs[1])] = true;
+      for (TensorId t : g.op(u).outputs) {
+        host_written[static_cast<size_t>(t)] = true;
+        if (!read_on_device[static_cast<size_t>(t)]) host_state[static_cast<size_t>(t)] = true;
+      }
+    }
+  }
+  const double compute_us = std::accumulate(device_us.begin(), device_us.end(), 0.0);
   out.us = compute_us;
   out.method = "compute";
   if (ctx.budget_bytes == 0) return out;  // nothing has to move: keep-all runs at compute speed
@@ -123,7 +146,8 @@ Result<LowerBound> plan_lower_bound(const PlanContext& ctx, const PlanFacts& fac
     cyclic_col[static_cast<size_t>(c.tensor)] = x;
     swapped_persistent.add(x, b, c.from + 1, static_cast<int64_t>(n) - 1);
     swapped_persistent.add(x, b, 0, c.to - 1);
-    if (acc.written[static_cast<size_t>(c.tensor)]) add_out(x, c.tensor);
+    if (host_state[static_cast<size_t>(c.tensor)]) continue;  // never needs the device
+    if (acc.written[static_cast<size_t>(c.tensor)] && !host_written[static_cast<size_t>(c.tensor)]) add_out(x, c.tensor);
     add_in(x, c.tensor);
   }
   for (const GapSpec& c : gaps) {
@@ -147,7 +171,7 @@ Result<LowerBound> plan_lower_bound(const PlanContext& ctx, const PlanFacts& fac
         lp.add_row({{x, 1.0}, {o_t, -1.0}}, -kInfinity, 0);
         swapped_transient.add(x, b, c.from + 1, c.to - 1);
       }
-      add_in(x, t);
+      if (!host_gradient[static_cast<size_t>(t)]) add_in(x, t);
     }
     if (!persistent && facts.recomputable(t)) {
       const int y = lp.add_column(0, 1);
@@ -169,7 +193,7 @@ Result<LowerBound> plan_lower_bound(const PlanContext& ctx, const PlanFacts& fac
   const double out_rate = rate(Link::kDeviceToHost, Link::kSsdWrite);
   const double in_rate = rate(Link::kHostToDevice, Link::kSsdRead);
   std::vector<double> prefix(n + 1, 0);
-  for (size_t s = 0; s < n; ++s) prefix[s + 1] = prefix[s] + facts.op_us[s];
+  for (size_t s = 0; s < n; ++s) prefix[s + 1] = prefix[s] + device_us[s];
   for (size_t k = 0; k < steps.size(); ++k) {
     const size_t s = steps[k];
     const double suffix = compute_us - prefix[s];

@@ -44,6 +44,7 @@
 #include "common/units.h"
 #include "plan/ferry/candidate_index.h"
 #include "plan/ferry/gaps.h"
+#include "plan/ferry/host_updates.h"
 #include "plan/ferry/link_book.h"
 #include "plan/ferry/step_tree.h"
 
@@ -100,8 +101,10 @@ struct TensorState {
 
 class Planner {
  public:
-  Planner(const PlanContext& ctx, const PlanFacts& facts, double link_weight)
-      : ctx_(ctx), f_(facts), g_(facts.g()), n_(g_.ops.size()), link_weight_(link_weight) {}
+  // `host_ops`: update ops that run on the host (host_updates.h); empty: every update on the device.
+  Planner(const PlanContext& ctx, const PlanFacts& facts, double link_weight, std::vector<OpId> host_ops = {})
+      : ctx_(ctx), f_(facts), g_(facts.g()), n_(g_.ops.size()), link_weight_(link_weight),
+        host_ops_(std::move(host_ops)) {}
 
   Result<PlanAttempt> run(std::vector<PlanDecision>* decisions) {
     if (ctx_.budget_bytes == 0) return finish_attempt(ctx_, f_, empty_schedule(ctx_, "ferry"));
@@ -163,6 +166,7 @@ class Planner {
     out_link_.emplace(f_.op_us);
     if (ctx_.cost.copy_directions_concurrent()) in_link_.emplace(f_.op_us);
     Schedule keep = empty_schedule(ctx_, "none");
+    if (!host_ops_.empty()) keep = complete_schedule(f_, with_host_updates(ctx_, f_, keep, host_ops_)).value();
     Program program = lower_schedule(g_, keep, f_.program_options).value();
     const std::vector<uint64_t> live = live_bytes_per_step(f_, program);
     std::vector<int64_t> values(live.begin(), live.end());
@@ -183,6 +187,17 @@ class Planner {
   void collect_accesses() {
     ts_.assign(g_.tensors.size(), TensorState{});
     acc_ = planner::collect_accesses(g_);
+    host_operand_.assign(g_.tensors.size(), false);
+    for (OpId u : host_ops_) {  // the device never sees these updates
+      for (const auto* list : {&g_.op(u).inputs, &g_.op(u).outputs})
+        for (TensorId t : *list) {
+          std::erase(acc_.steps[idx(t)], u);
+          if (g_.tensor(t).persistent()) {
+            acc_.written[idx(t)] = false;
+            host_operand_[idx(t)] = true;
+          }
+        }
+    }
     for (const Tensor& t : g_.tensors)
       if (f_.recomputable(t.id)) chain_facts(t.id);
   }
@@ -214,8 +229,15 @@ class Planner {
   // The candidates are find_gaps()'s (gaps.h); a persistent tensor's gaps inside the iteration are
   // only reachable after it was offloaded, so only its cyclic gap enters the candidate index.
   void make_gaps() {
-    for (const GapSpec& gap : find_gaps(f_, acc_, swaps_allowed()))
+    for (const GapSpec& gap : find_gaps(f_, acc_, swaps_allowed())) {
+      // A host update's operands live in the host tier already: their inner gaps are open, their
+      // cyclic gap is not a choice.
+      if (host_operand_[idx(gap.tensor)]) {
+        if (!gap.cyclic) add_gap(gap.tensor, gap.from, gap.to, false, true);
+        continue;
+      }
       add_gap(gap.tensor, gap.from, gap.to, gap.cyclic, gap.cyclic || !g_.tensor(gap.tensor).persistent());
+    }
   }
 
   void add_gap(TensorId t, OpId from, OpId to, bool cyclic, bool index) {
@@ -639,6 +661,7 @@ class Planner {
         releases[static_cast<size_t>(f_.forward_end(t.id))].push_back(release_action(t.id));
     for (size_t i = 0; i < n_; ++i)
       for (const Action& a : releases[i]) add_after(s, static_cast<OpId>(i), a);
+    if (!host_ops_.empty()) return with_host_updates(ctx_, f_, std::move(s), host_ops_);
     return s;
   }
 
@@ -753,9 +776,9 @@ class Planner {
       if (g.move() == Move::kSwap && !g_.tensor(g.tensor).persistent()) ++swaps;
       if (g.move() == Move::kSwap && g.cyclic) ++offloaded;
     }
-    return fmt::format("link weight {}: {} gaps swapped, {} recomputed, {} persistent tensors offloaded; link {:.0f}% "
-                       "booked",
-                       link_weight_, swaps, recomputes, offloaded, 100 * out_link_->utilisation());
+    return fmt::format("link weight {}: {} gaps swapped, {} recomputed, {} persistent tensors offloaded, {} updates on "
+                       "the host; link {:.0f}% booked",
+                       link_weight_, swaps, recomputes, offloaded, host_ops_.size(), 100 * out_link_->utilisation());
   }
 
   std::vector<PlanDecision> explain() const {
@@ -781,6 +804,8 @@ class Planner {
   const Graph& g_;
   const size_t n_;
   const double link_weight_;
+  const std::vector<OpId> host_ops_;
+  std::vector<bool> host_operand_;  // per tensor: a persistent operand of a host update
   std::vector<double> start_us_;
   std::optional<LinkBook> out_link_, in_link_;
   std::optional<StepTree> tree_;
@@ -801,8 +826,15 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
   std::optional<PlanAttempt> best;
   std::unique_ptr<planner::Planner> winner;
   double best_us = std::numeric_limits<double>::infinity();
-  for (double weight : tuning.link_weights) {
-    auto p = std::make_unique<planner::Planner>(ctx, facts, weight);
+  // Every link weight with all updates on the device, and (where the profile has a host optimizer
+  // rate) with every update that can run there on the host: the simulator picks.
+  const std::vector<OpId> host_ops = planner::host_updatable_ops(ctx, facts);
+  std::vector<std::pair<double, bool>> variants;
+  for (double weight : tuning.link_weights) variants.emplace_back(weight, false);
+  if (!host_ops.empty() && ctx.budget_bytes != 0 && tuning.host_updates)
+    for (double weight : tuning.link_weights) variants.emplace_back(weight, true);
+  for (auto [weight, on_host] : variants) {
+    auto p = std::make_unique<planner::Planner>(ctx, facts, weight, on_host ? host_ops : std::vector<OpId>{});
     FERRY_ASSIGN_OR_RETURN(PlanAttempt a, p->run(nullptr));
     double us = std::numeric_limits<double>::infinity();
     if (a.fits) {

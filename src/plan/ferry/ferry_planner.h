@@ -31,6 +31,9 @@ struct FerryTuning {
   std::vector<double> link_weights = {0.0, 1.0, 4.0};
   int repair_rounds = 6;           // polish rounds: stalled swaps fetched earlier, recomputed or kept
   int max_polish_simulations = 96; // simulations the polish may spend
+  // Also plan with the optimizer updates on the host (ZeRO-Offload, plan/ferry/host_updates.h) where
+  // the profile has a host optimizer rate, and keep whichever simulates faster.
+  bool host_updates = true;
 };
 
 // Plans ctx with the Ferry planner. Returns the best attempt (which may not fit: the registry

@@ -1,0 +1,99 @@
+// See host_updates.h.
+#include "plan/ferry/host_updates.h"
+
+#include <algorithm>
+
+namespace ferry::planner {
+
+std::vector<OpId> host_updatable_ops(const PlanContext& ctx, const PlanFacts& f) {
+  std::vector<OpId> out;
+  // An executor that acts through a framework's hooks (the PyTorch adapter) runs no updates itself.
+  if (ctx.recompute_only || ctx.restricts_executor() || ctx.cost.profile().host_optimizer_bytes_per_s <= 0) return out;
+  const Graph& g = f.g();
+  std::vector<int> readers(g.tensors.size(), 0), writers(g.tensors.size(), 0);
+  for (const Op& op : g.ops) {
+    for (TensorId t : op.inputs) ++readers[static_cast<size_t>(t)];
+    for (TensorId t : op.outputs) ++writers[static_cast<size_t>(t)];
+  }
+  for (const Op& op : g.ops) {
+    if ((op.type != OpType::kSgdUpdate && op.type != OpType::kAdamUpdate) || op.inputs.size() < 2) continue;
+    const TensorId grad = op.inputs[1];
+    if (g.tensor(grad).persistent() || f.producer[static_cast<size_t>(grad)] == kNoOp ||
+        readers[static_cast<size_t>(grad)] != 1)
+      continue;
+    bool ok = true;
+    for (TensorId t : op.outputs) ok = ok && g.tensor(t).persistent() && writers[static_cast<size_t>(t)] == 1;
+    if (ok) out.push_back(op.id);
+  }
+  return out;
+}
+
+Schedule with_host_updates(const PlanContext& ctx, const PlanFacts& f, Schedule s, const std::vector<OpId>& ops) {
+  const Graph& g = f.g();
+  const OpId last = static_cast<OpId>(g.ops.size()) - 1;
+  std::vector<bool> chosen(g.ops.size(), false), gradient(g.tensors.size(), false), operand(g.tensors.size(), false);
+  for (OpId u : ops) {
+    chosen[static_cast<size_t>(u)] = true;
+    gradient[static_cast<size_t>(g.op(u).inputs[1])] = true;
+    for (const auto* list : {&g.op(u).inputs, &g.op(u).outputs})
+      for (TensorId t : *list)
+        if (g.tensor(t).persistent()) operand[static_cast<size_t>(t)] = true;
+  }
+  // The last device step reading each operand (ops that stay on the device).
+  std::vector<OpId> last_read(g.tensors.size(), kNoOp);
+  for (const Op& op : g.ops)
+    if (!chosen[static_cast<size_t>(op.id)])
+      for (TensorId t : op.inputs) last_read[static_cast<size_t>(t)] = op.id;
+  for (auto* lists : {&s.before, &s.after})
+    for (auto& list : *lists)
+      std::erase_if(list, [&](const Action& a) {
+        return gradient[static_cast<size_t>(a.tensor)] ||
+               (operand[static_cast<size_t>(a.tensor)] && a.kind == ActionKind::kSwapOut);
+      });
+  for (Offload& o : s.offloaded)
+    if (operand[static_cast<size_t>(o.tensor)]) o.tier = Tier::kHost;
+  std::vector<bool> offloaded(g.tensors.size(), false);
+  for (const Offload& o : s.offloaded) offloaded[static_cast<size_t>(o.tensor)] = true;
+  std::vector<OpId> first_read(g.tensors.size(), kNoOp);
+  for (const Op& op : g.ops)
+    for (TensorId t : op.inputs)
+      if (first_read[static_cast<size_t>(t)] == kNoOp) first_read[static_cast<size_t>(t)] = op.id;
+  std::vector<std::pair<OpId, TensorId>> prefetch;  // (first read, weight), new to the tier
+  for (const Tensor& t : g.tensors) {
+    if (!operand[static_cast<size_t>(t.id)] || offloaded[static_cast<size_t>(t.id)]) continue;
+    s.offloaded.push_back({t.id, Tier::kHost});
+    if (first_read[static_cast<size_t>(t.id)] != kNoOp && !chosen[static_cast<size_t>(first_read[static_cast<size_t>(t.id)])])
+      prefetch.emplace_back(first_read[static_cast<size_t>(t.id)], t.id);
+  }
+  // Prefetches in order of need, FIFO on the link: each is issued where the link (busy with the
+  // ones before it) finishes it by its first read, or at step 0.
+  std::sort(prefetch.begin(), prefetch.end());
+  std::vector<double> start(g.ops.size() + 1, 0);
+  for (size_t i = 0; i < g.ops.size(); ++i) start[i + 1] = start[i] + f.op_us[i];
+  double link_free = 0;
+  for (auto [read, t] : prefetch) {
+    const double us = ctx.cost.transfer_us(Direction::kSwapIn, Tier::kHost, g.tensor(t).bytes);
+    const double issue_by = std::max(0.0, std::min(start[static_cast<size_t>(read)], 
+                                                   std::max(link_free, start[static_cast<size_t>(read)] - us) ));
+    OpId at = read;
+    while (at > 0 && start[static_cast<size_t>(at)] > issue_by) --at;
+    link_free = std::max(link_free, start[static_cast<size_t>(at)]) + us;
+    add_before(s, at, swap_in_action(t, Tier::kHost));
+  }
+  for (OpId u : ops) {
+    const Op& op = g.op(u);
+    const TensorId grad = op.inputs[1];
+    const OpId p = f.producer[static_cast<size_t>(grad)];
+    OpId at = std::min<OpId>(p + 1, last);
+    for (const auto* list : {&op.inputs, &op.outputs})
+      for (TensorId t : *list)
+        if (g.tensor(t).persistent() && last_read[static_cast<size_t>(t)] != kNoOp)
+          at = std::max(at, last_read[static_cast<size_t>(t)]);
+    add_after(s, p, swap_out_action(grad, Tier::kHost));
+    add_after(s, at, release_action(grad));
+    add_after(s, at, Action{ActionKind::kHostUpdate, grad, Tier::kHost});
+  }
+  return s;
+}
+
+}  // namespace ferry::planner

@@ -1,0 +1,30 @@
+// ZeRO-Offload's placement as a rewrite of a schedule: optimizer updates run on the host.
+//
+// For each chosen update op u (gradient g, weight w, optimizer state): every persistent operand of
+// u lives in the host tier between iterations (offloaded, never updated on the device, so never
+// swapped out), g is swapped out to the host after its producer and released one step later, and
+// the kHostUpdate(g) action stands after that release and after the last device read of every
+// operand. Optimizer state then never occupies the device, gradients only for a step or two, and
+// weights only between their first read and their update (less where the plan also swaps them
+// between forward and backward). The update runs on the simulator's and the runtime's host lane.
+#pragma once
+
+#include <vector>
+
+#include "plan/policy_common.h"
+
+namespace ferry::planner {
+
+// Update ops a plan may run on the host: sgd_update / adam_update whose gradient has a producer
+// and no other reader, and whose weight and state no other update writes. Empty when the profile
+// has no host optimizer rate, swaps are not allowed (`--tier none`) or the executor is a framework's
+// (PlanContext::restricts_executor).
+std::vector<OpId> host_updatable_ops(const PlanContext& ctx, const PlanFacts& f);
+
+// `s` with `ops` run on the host (as above). Actions `s` has on the gradients of `ops` are
+// dropped, and swap-outs of their persistent operands (the host writes their copies). An operand
+// `s` kept on the device gets a swap-in before its first read, early enough for the cost model's
+// copy time to pass under the ops before it.
+Schedule with_host_updates(const PlanContext& ctx, const PlanFacts& f, Schedule s, const std::vector<OpId>& ops);
+
+}  // namespace ferry::planner
