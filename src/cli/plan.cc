@@ -152,6 +152,8 @@ nlohmann::json to_json(const SimResult& r, const PlanSetup& s) {
   j["swap_outs"] = r.num_swap_outs;
   j["swap_ins"] = r.num_swap_ins;
   j["recomputes"] = r.num_recomputes;
+  j["host_updates"] = r.num_host_updates;  // optimizer updates run on the host (ZeRO-Offload)
+  j["host_update_ms"] = r.host_update_us / 1e3;
   j["stalls"] = r.num_stalls;
   return j;
 }
@@ -337,6 +339,9 @@ void print_plan_summary(const PlanOptions& o, const PlanSetup& s, const TieredPl
   if (planned.swapped_tensors > 0) std::printf("  tiers       %s\n", tiers_text(tiered).c_str());
   std::printf("  iteration   %10.2f ms  (compute %.2f ms, recompute %.2f ms, stalls %.2f ms)\n", r.iteration_us / 1e3,
               r.compute_busy_us / 1e3, r.recompute_us / 1e3, r.stall_us / 1e3);
+  if (r.num_host_updates > 0)
+    std::printf("  host        %zu optimizer updates on the host (ZeRO-Offload), %.2f ms of host time beside the device\n",
+                r.num_host_updates, r.host_update_us / 1e3);
   std::printf("  bound       %10.2f ms  no plan at this budget is faster (%s); this plan is %.3fx the bound\n",
               bound.us / 1e3, bound.method == "lp" ? "LP relaxation" : "sum of op times", r.iteration_us / bound.us);
   std::printf("  device peak %10s  (weights and optimizer state %s)\n", format_bytes(r.peak_device_bytes).c_str(),

@@ -166,7 +166,10 @@ class Planner {
     out_link_.emplace(f_.op_us);
     if (ctx_.cost.copy_directions_concurrent()) in_link_.emplace(f_.op_us);
     Schedule keep = empty_schedule(ctx_, "none");
-    if (!host_ops_.empty()) keep = complete_schedule(f_, with_host_updates(ctx_, f_, keep, host_ops_)).value();
+    if (!host_ops_.empty()) {
+      book_host_traffic();
+      keep = complete_schedule(f_, with_host_updates(ctx_, f_, keep, host_ops_, &host_at_)).value();
+    }
     Program program = lower_schedule(g_, keep, f_.program_options).value();
     const std::vector<uint64_t> live = live_bytes_per_step(f_, program);
     std::vector<int64_t> values(live.begin(), live.end());
@@ -180,6 +183,55 @@ class Planner {
 
   const LinkBook& in_book() const { return in_link_ ? *in_link_ : *out_link_; }
   LinkBook& in_book() { return in_link_ ? *in_link_ : *out_link_; }
+
+  // Host updates move every gradient out after its producer and every weight in before its first
+  // read (host_updates.h): booked on the links first, so the greedy sees what time is left; each
+  // weight's swap-in is issued where its booking starts, each gradient released where its copy is
+  // booked to be done.
+  void book_host_traffic() {
+    host_at_.assign(g_.tensors.size(), kNoOp);
+    std::vector<bool> host_op(n_, false);
+    for (OpId u : host_ops_) host_op[static_cast<size_t>(u)] = true;
+    std::vector<OpId> first_read(g_.tensors.size(), kNoOp);
+    for (const Op& op : g_.ops)
+      if (!host_op[static_cast<size_t>(op.id)])
+        for (TensorId t : op.inputs)
+          if (first_read[idx(t)] == kNoOp) first_read[idx(t)] = op.id;
+    std::vector<std::pair<OpId, TensorId>> weights;
+    // Swap-outs leave in FIFO order: in producer order, a gradient's copy is done no earlier than
+    // the copies issued before it.
+    std::vector<OpId> by_producer = host_ops_;
+    std::sort(by_producer.begin(), by_producer.end(), [&](OpId a, OpId b) {
+      return f_.producer[idx(g_.op(a).inputs[1])] < f_.producer[idx(g_.op(b).inputs[1])];
+    });
+    OpId done = 0;
+    for (OpId u : by_producer) {
+      const TensorId grad = g_.op(u).inputs[1];
+      const OpId p = f_.producer[idx(grad)];
+      const double out_us = ctx_.cost.transfer_us(Direction::kSwapOut, Tier::kHost, g_.tensor(grad).bytes);
+      if (static_cast<size_t>(p) + 1 < n_) {
+        const LinkBook::Booking b =
+            out_link_->book_forward(static_cast<size_t>(p) + 1, n_ - static_cast<size_t>(p) - 1, out_us, true);
+        out_link_->commit(b);
+        if (!b.parts.empty()) done = std::max(done, static_cast<OpId>(b.last));
+        host_at_[idx(grad)] = std::min<OpId>(std::max(done, p) + 1, static_cast<OpId>(n_) - 1);
+      }
+      for (TensorId t : g_.op(u).inputs)
+        if (g_.tensor(t).persistent() && first_read[idx(t)] != kNoOp) weights.emplace_back(first_read[idx(t)], t);
+    }
+    std::sort(weights.begin(), weights.end());
+    weights.erase(std::unique(weights.begin(), weights.end()), weights.end());
+    for (auto [read, t] : weights) {
+      if (read == 0) {
+        host_at_[idx(t)] = 0;
+        continue;
+      }
+      const double in_us = ctx_.cost.transfer_us(Direction::kSwapIn, Tier::kHost, g_.tensor(t).bytes);
+      const LinkBook::Booking b = in_book().book_backward(static_cast<size_t>(read) - 1, static_cast<size_t>(read), in_us, true);
+      in_book().commit(b);
+      host_at_[idx(t)] = b.parts.empty() ? 0 : static_cast<OpId>(b.first);
+    }
+  }
 
   // Persistent: an op of the iteration writes it.
   bool written(TensorId t) const { return acc_.written[idx(t)]; }
@@ -661,7 +713,7 @@ class Planner {
         releases[static_cast<size_t>(f_.forward_end(t.id))].push_back(release_action(t.id));
     for (size_t i = 0; i < n_; ++i)
       for (const Action& a : releases[i]) add_after(s, static_cast<OpId>(i), a);
-    if (!host_ops_.empty()) return with_host_updates(ctx_, f_, std::move(s), host_ops_);
+    if (!host_ops_.empty()) return with_host_updates(ctx_, f_, std::move(s), host_ops_, &host_at_);
     return s;
   }
 
@@ -806,6 +858,7 @@ class Planner {
   const double link_weight_;
   const std::vector<OpId> host_ops_;
   std::vector<bool> host_operand_;  // per tensor: a persistent operand of a host update
+  std::vector<OpId> host_at_;  // per tensor: a host update's weight: swap-in step; gradient: release step
   std::vector<double> start_us_;
   std::optional<LinkBook> out_link_, in_link_;
   std::optional<StepTree> tree_;
@@ -828,13 +881,19 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
   double best_us = std::numeric_limits<double>::infinity();
   // Every link weight with all updates on the device, and (where the profile has a host optimizer
   // rate) with every update that can run there on the host: the simulator picks.
-  const std::vector<OpId> host_ops = planner::host_updatable_ops(ctx, facts);
-  std::vector<std::pair<double, bool>> variants;
-  for (double weight : tuning.link_weights) variants.emplace_back(weight, false);
-  if (!host_ops.empty() && ctx.budget_bytes != 0 && tuning.host_updates)
-    for (double weight : tuning.link_weights) variants.emplace_back(weight, true);
-  for (auto [weight, on_host] : variants) {
-    auto p = std::make_unique<planner::Planner>(ctx, facts, weight, on_host ? host_ops : std::vector<OpId>{});
+  // A third set runs on the host only the updates the host lane finishes behind the backward pass.
+  const std::vector<OpId> host_all = planner::host_updatable_ops(ctx, facts);
+  std::vector<std::vector<OpId>> host_sets{{}};
+  if (!host_all.empty() && ctx.budget_bytes != 0 && tuning.host_updates) {
+    host_sets.push_back(host_all);
+    std::vector<OpId> shadow = planner::host_ops_in_shadow(ctx, facts, host_all);
+    if (!shadow.empty() && shadow != host_all) host_sets.push_back(std::move(shadow));
+  }
+  std::vector<std::pair<double, const std::vector<OpId>*>> variants;
+  for (const std::vector<OpId>& set : host_sets)
+    for (double weight : tuning.link_weights) variants.emplace_back(weight, &set);
+  for (auto [weight, host_ops] : variants) {
+    auto p = std::make_unique<planner::Planner>(ctx, facts, weight, *host_ops);
     FERRY_ASSIGN_OR_RETURN(PlanAttempt a, p->run(nullptr));
     double us = std::numeric_limits<double>::infinity();
     if (a.fits) {

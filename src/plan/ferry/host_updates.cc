@@ -28,7 +28,37 @@ std::vector<OpId> host_updatable_ops(const PlanContext& ctx, const PlanFacts& f)
   return out;
 }
 
-Schedule with_host_updates(const PlanContext& ctx, const PlanFacts& f, Schedule s, const std::vector<OpId>& ops) {
+std::vector<OpId> host_ops_in_shadow(const PlanContext& ctx, const PlanFacts& f, const std::vector<OpId>& ops) {
+  const Graph& g = f.g();
+  std::vector<bool> host(g.ops.size(), false);
+  for (OpId u : ops) host[static_cast<size_t>(u)] = true;
+  std::vector<double> end(g.ops.size(), 0);  // device timeline without the host updates
+  double now = 0;
+  for (const Op& op : g.ops) {
+    if (!host[static_cast<size_t>(op.id)]) now += f.op_us[static_cast<size_t>(op.id)];
+    end[static_cast<size_t>(op.id)] = now;
+  }
+  std::vector<OpId> sorted = ops;
+  std::sort(sorted.begin(), sorted.end(), [&](OpId a, OpId b) {
+    return f.producer[static_cast<size_t>(g.op(a).inputs[1])] < f.producer[static_cast<size_t>(g.op(b).inputs[1])];
+  });
+  std::vector<OpId> out;
+  double lane = 0;
+  for (OpId u : sorted) {
+    const TensorId grad = g.op(u).inputs[1];
+    const double ready = end[static_cast<size_t>(f.producer[static_cast<size_t>(grad)])] +
+                         ctx.cost.transfer_us(Direction::kSwapOut, Tier::kHost, g.tensor(grad).bytes);
+    const double finish = std::max(lane, ready) + ctx.cost.host_update_us(g, g.op(u)).value_or(0);
+    if (finish > now) continue;
+    lane = finish;
+    out.push_back(u);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+Schedule with_host_updates(const PlanContext& ctx, const PlanFacts& f, Schedule s, const std::vector<OpId>& ops,
+                           const std::vector<OpId>* at_step) {
   const Graph& g = f.g();
   const OpId last = static_cast<OpId>(g.ops.size()) - 1;
   std::vector<bool> chosen(g.ops.size(), false), gradient(g.tensors.size(), false), operand(g.tensors.size(), false);
@@ -72,6 +102,10 @@ Schedule with_host_updates(const PlanContext& ctx, const PlanFacts& f, Schedule 
   for (size_t i = 0; i < g.ops.size(); ++i) start[i + 1] = start[i] + f.op_us[i];
   double link_free = 0;
   for (auto [read, t] : prefetch) {
+    if (at_step != nullptr && (*at_step)[static_cast<size_t>(t)] != kNoOp) {
+      add_before(s, std::min((*at_step)[static_cast<size_t>(t)], read), swap_in_action(t, Tier::kHost));
+      continue;
+    }
     const double us = ctx.cost.transfer_us(Direction::kSwapIn, Tier::kHost, g.tensor(t).bytes);
     const double issue_by = std::max(0.0, std::min(start[static_cast<size_t>(read)], 
                                                    std::max(link_free, start[static_cast<size_t>(read)] - us) ));
@@ -85,6 +119,8 @@ Schedule with_host_updates(const PlanContext& ctx, const PlanFacts& f, Schedule 
     const TensorId grad = op.inputs[1];
     const OpId p = f.producer[static_cast<size_t>(grad)];
     OpId at = std::min<OpId>(p + 1, last);
+    if (at_step != nullptr && (*at_step)[static_cast<size_t>(grad)] != kNoOp)
+      at = std::clamp((*at_step)[static_cast<size_t>(grad)], p, last);
     for (const auto* list : {&op.inputs, &op.outputs})
       for (TensorId t : *list)
         if (g.tensor(t).persistent() && last_read[static_cast<size_t>(t)] != kNoOp)

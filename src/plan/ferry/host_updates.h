@@ -21,10 +21,20 @@ namespace ferry::planner {
 // (PlanContext::restricts_executor).
 std::vector<OpId> host_updatable_ops(const PlanContext& ctx, const PlanFacts& f);
 
+// The updates of `ops` that the host lane can finish behind the device's backward pass, in the
+// order their gradients are produced: each starts when its gradient has crossed the link (cost
+// model) and the previous one is done, and must end before the device's last op would. Where the
+// host is slow (a fast GPU beside a CPU optimizer) running every update there would make the host
+// lane the iteration's critical path; this subset keeps the rest on the device.
+std::vector<OpId> host_ops_in_shadow(const PlanContext& ctx, const PlanFacts& f, const std::vector<OpId>& ops);
+
 // `s` with `ops` run on the host (as above). Actions `s` has on the gradients of `ops` are
 // dropped, and swap-outs of their persistent operands (the host writes their copies). An operand
 // `s` kept on the device gets a swap-in before its first read, early enough for the cost model's
 // copy time to pass under the ops before it.
-Schedule with_host_updates(const PlanContext& ctx, const PlanFacts& f, Schedule s, const std::vector<OpId>& ops);
+// `at`, when given, says per tensor where to issue a weight's swap-in and after which step to
+// release a gradient (the step its swap-out is expected to be done; kNoOp: as above).
+Schedule with_host_updates(const PlanContext& ctx, const PlanFacts& f, Schedule s, const std::vector<OpId>& ops,
+                           const std::vector<OpId>* at = nullptr);
 
 }  // namespace ferry::planner

@@ -1,0 +1,118 @@
+// Plans with optimizer updates on the host (plan/ferry/host_updates.h, ZeRO-Offload's placement),
+// on the zoo's small models with Adam and a profile that has a host optimizer rate:
+//   - the planner's rewrite gives legal schedules in which no optimizer state is on the device;
+//   - ferry with host updates allowed fits wherever ferry without them fits, and is never slower
+//     (the simulator picks among both);
+//   - the lower bound stays below every plan, host updates included (it credits what they save);
+//   - host updates are really chosen somewhere in the matrix, so the checks above see them;
+//   - without a host rate, or for a framework's executor, no update is put on the host.
+#include <gtest/gtest.h>
+
+#include "graph/zoo/zoo.h"
+#include "plan/ferry/bound.h"
+#include "plan/ferry/ferry_planner.h"
+#include "plan/ferry/host_updates.h"
+#include "plan/policy_common.h"
+#include "plan/policy_test_util.h"
+#include "schedule/program.h"
+#include "sim/simulator.h"
+
+namespace ferry {
+namespace {
+
+using policy_test::simulated_us;
+
+Graph adam_model(const std::string& name) {
+  ModelConfig c;
+  c.batch = 2;
+  c.train.optimizer = OptimizerKind::kAdam;
+  if (name.rfind("gpt2", 0) == 0) c.seq = 32;
+  return build_model(name, c).value();
+}
+
+CostModel host_cost(double host_bytes_per_s) {
+  HardwareProfile p = cost_test::round_profile();
+  p.host_optimizer_bytes_per_s = host_bytes_per_s;
+  return CostModel(p);
+}
+
+TEST(HostUpdatePlans, RewriteKeepsOptimizerStateOffTheDevice) {
+  const Graph g = adam_model("gpt2-mini");
+  const CostModel cost = host_cost(1e11);
+  PlanContext ctx{.graph = g, .cost = cost};
+  ctx.op_scratch_bytes = policy_test::backend_like_scratch(g);
+  Result<PlanFacts> f = make_plan_facts(ctx);
+  ASSERT_TRUE(f.ok());
+  const std::vector<OpId> ops = planner::host_updatable_ops(ctx, *f);
+  size_t updates = 0;
+  for (const Op& op : g.ops) updates += op.type == OpType::kAdamUpdate;
+  EXPECT_EQ(ops.size(), updates);
+  Result<Schedule> s = complete_schedule(*f, planner::with_host_updates(ctx, *f, empty_schedule(ctx, "t"), ops));
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  EXPECT_EQ(s->num_host_updates(), updates);
+  Result<Program> p = lower_schedule(g, *s, f->program_options);
+  ASSERT_TRUE(p.ok()) << p.status().message();
+  // Optimizer state is never allocated on the device; every update runs on the host.
+  for (const Instruction& in : p->instructions) {
+    if (in.kind == InstrKind::kAlloc) EXPECT_NE(g.tensor(in.tensor).role, TensorRole::kOptimizerState) << g.tensor(in.tensor).name;
+    if (in.kind == InstrKind::kRun) EXPECT_NE(g.op(in.op).type, OpType::kAdamUpdate);
+  }
+  EXPECT_EQ(p->num_host_updates, updates);
+  // Without a host rate, for a framework's executor, or with --tier none: nothing goes there.
+  const CostModel none = host_cost(0);
+  PlanContext c2{.graph = g, .cost = none};
+  EXPECT_TRUE(planner::host_updatable_ops(c2, *f).empty());
+  PlanContext c3 = ctx;
+  c3.allow_recompute = false;
+  EXPECT_TRUE(planner::host_updatable_ops(c3, *f).empty());
+  PlanContext c4 = ctx;
+  c4.recompute_only = true;
+  EXPECT_TRUE(planner::host_updatable_ops(c4, *f).empty());
+}
+
+TEST(HostUpdatePlans, NeverSlowerThanDeviceUpdatesAndAboveTheBound) {
+  size_t cells_with_host_updates = 0;
+  for (const char* name : {"gpt2-mini", "resnet-mini"})
+    for (double host_rate : {1e10, 1e11}) {
+      const Graph g = adam_model(name);
+      const CostModel cost = host_cost(host_rate);
+      PlanContext ctx{.graph = g, .cost = cost};
+      ctx.op_scratch_bytes = policy_test::backend_like_scratch(g);
+      const uint64_t full = policy_test::must_plan("none", ctx).device_bytes;
+      for (double fraction : {1.0, 0.6, 0.4, 0.25}) {
+        SCOPED_TRACE(::testing::Message() << name << " at " << 100 * fraction << "%, host " << host_rate / 1e9 << " GB/s");
+        ctx.budget_bytes = static_cast<uint64_t>(fraction * static_cast<double>(full));
+        Result<PlanFacts> f = make_plan_facts(ctx);
+        ASSERT_TRUE(f.ok());
+        FerryTuning device_only;
+        device_only.host_updates = false;
+        Result<PlanAttempt> without = plan_ferry(ctx, *f, device_only);
+        Result<PlanAttempt> with = plan_ferry(ctx, *f);
+        ASSERT_TRUE(without.ok() && with.ok());
+        if (without->fits) {
+          ASSERT_TRUE(with->fits);
+          EXPECT_LE(simulated_us(ctx, with->schedule), simulated_us(ctx, without->schedule) * (1 + 1e-9));
+        }
+        Result<LowerBound> bound = plan_lower_bound(ctx, *f);
+        ASSERT_TRUE(bound.ok()) << bound.status().message();
+        // Every update on the host, the rest kept: where it fits, the bound is below it too.
+        Result<Schedule> all_host = complete_schedule(
+            *f, planner::with_host_updates(ctx, *f, empty_schedule(ctx, "t"), planner::host_updatable_ops(ctx, *f)));
+        ASSERT_TRUE(all_host.ok()) << all_host.status().message();
+        if (measure_schedule(*f, *all_host)->device_bytes <= ctx.budget_bytes) {
+          ++cells_with_host_updates;
+          EXPECT_LE(bound->us, simulated_us(ctx, *all_host) * (1 + 1e-9));
+        }
+        if (!with->fits) continue;
+        cells_with_host_updates += with->schedule.num_host_updates() > 0;
+        EXPECT_LE(bound->us, simulated_us(ctx, with->schedule) * (1 + 1e-9));
+        Result<PlanMeasure> m = measure_schedule(*f, with->schedule);
+        ASSERT_TRUE(m.ok());
+        EXPECT_LE(m->device_bytes, ctx.budget_bytes);
+      }
+    }
+  EXPECT_GT(cells_with_host_updates, 0u);
+}
+
+}  // namespace
+}  // namespace ferry
