@@ -70,6 +70,7 @@ struct TrainCliOptions {
   // How the SSD tier codes swapped bytes (lossless codecs, or auto). auto is the default: measured
   // never slower than none beyond noise (bench/results/codec-ssd-2026-11-25.md).
   std::string codec = "auto";
+  std::string lossy;  // --lossy bf16: activations stashed rounded to bfloat16 on the SSD tier
   bool checksum = false;
   bool verify_memory = false;
   PolicyOptions policy_options;
@@ -182,6 +183,13 @@ Status check_train_options(const TrainCliOptions& o) {
   if (!o.profile_file.empty() && !o.op_times.empty())
     return Status::InvalidArgument("--profile and --op-times both give op times: use one");
   FERRY_RETURN_IF_ERROR(check_option_used(cmd, "--codec", planned && o.tier == "ssd", "without --tier ssd"));
+  FERRY_RETURN_IF_ERROR(check_option_used(cmd, "--lossy", planned && o.tier == "ssd",
+                                          "without --tier ssd (the SSD tier stashes the rounded activations)"));
+  if (!o.lossy.empty() && o.lossy != "bf16")
+    return Status::InvalidArgument(fmt::format("--lossy: unknown lossy format '{}' (known: bf16)", o.lossy));
+  if (!o.lossy.empty() && o.verify_memory)
+    return Status::InvalidArgument("--lossy changes swapped activations by design, which --verify-memory would call "
+                                   "corruption: use one or the other");
   FERRY_RETURN_IF_ERROR(parse_lossless_codec(o.codec).status());
   FERRY_RETURN_IF_ERROR(check_option_used(cmd, "--device", planned || !o.op_times.empty(),
                                           "without --policy or --op-times (it is what plans and predictions use)"));
@@ -347,6 +355,7 @@ Result<LoopOptions> loop_options(const TrainCliOptions& o, const TrainSetup& s, 
   lo.executor.ssd_codec = *parse_lossless_codec(o.codec);  // checked with the options
   lo.executor.ssd_codec_auto = o.tier == "ssd" && o.codec == "auto";
   lo.executor.verify_memory = o.verify_memory;
+  lo.executor.ssd_lossy_activations = o.lossy == "bf16";
   lo.figures = sp.figures;
   lo.figures_source = sp.figures_source;
   const bool planned = o.policy != "none";
@@ -472,6 +481,14 @@ bool same_losses(const Baseline& b, const TrainResult& r) {
   return true;
 }
 
+// The largest |loss - baseline loss| over the iterations (--lossy: what the rounding changed).
+double max_loss_difference(const Baseline& b, const TrainResult& r) {
+  double d = 0;
+  for (size_t i = 0; i < std::min(b.losses.size(), r.iterations.size()); ++i)
+    d = std::max(d, std::abs(static_cast<double>(b.losses[i]) - static_cast<double>(r.iterations[i].loss)));
+  return d;
+}
+
 // The JSON document of a run (--json).
 nlohmann::json plan_versions_json(const TrainingLoop& loop) {
   nlohmann::json out = nlohmann::json::array();
@@ -555,6 +572,7 @@ nlohmann::json train_report_json(const TrainCliOptions& o, const TrainSetup& s, 
   // Measured by the SSD tier of the last plan's executor: the bytes that really crossed the disk
   // (0 without an SSD tier).
   j["codec"] = o.tier == "ssd" ? o.codec : "none";  // only the SSD tier codes
+  j["lossy"] = o.lossy.empty() ? nlohmann::json() : nlohmann::json(o.lossy);
   j["ssd_disk_bytes_written"] = e.ssd_io_stats().disk_bytes_written;
   j["ssd_disk_bytes_read"] = e.ssd_io_stats().disk_bytes_read;
   if (o.tier == "ssd" && o.codec == "auto") {
@@ -587,7 +605,9 @@ nlohmann::json train_report_json(const TrainCliOptions& o, const TrainSetup& s, 
   if (s.baseline) {
     j["baseline"] = {{"median_iter_ms", s.baseline->median_ms},
                      {"measured_peak_bytes", s.baseline->measured_peak_bytes},
-                     {"losses_bitwise_identical", same_losses(*s.baseline, r)}};
+                     {"losses_bitwise_identical", same_losses(*s.baseline, r)},
+                     {"max_abs_loss_difference", max_loss_difference(*s.baseline, r)},
+                     {"losses", s.baseline->losses}};
     j["measured_slowdown"] = r.median_ms / s.baseline->median_ms;
   }
   return j;
@@ -622,7 +642,8 @@ void print_train_summary(const TrainCliOptions& o, const TrainSetup& s, ShapeBuc
   if (e.ssd_tier_stats().capacity_bytes > 0)
     std::printf("  SSD traffic     measured: %s written, %s read (codec %s; tensors %s out, %s in)\n",
                 format_bytes(e.ssd_io_stats().disk_bytes_written).c_str(),
-                format_bytes(e.ssd_io_stats().disk_bytes_read).c_str(), o.codec.c_str(),
+                format_bytes(e.ssd_io_stats().disk_bytes_read).c_str(),
+                (o.codec + (o.lossy.empty() ? "" : ", activations lossy " + o.lossy)).c_str(),
                 format_bytes(e.ssd_tier_stats().bytes_written).c_str(), format_bytes(e.ssd_tier_stats().bytes_read).c_str());
   if (const std::string summary = plan_summary(o, sp); !summary.empty())
     std::printf("  plan            %s\n", summary.c_str());
@@ -651,7 +672,10 @@ void print_train_summary(const TrainCliOptions& o, const TrainSetup& s, ShapeBuc
                 format_bytes(buckets.measured_peak_bytes()).c_str(), r.median_ms, r.median_ms / b.median_ms);
     std::printf("  need without a plan %s; losses bitwise identical: %s\n",
                 format_bytes(s.no_swap_peak_bytes > 0 ? s.no_swap_peak_bytes : b.measured_peak_bytes).c_str(),
-                same_losses(b, r) ? "yes" : "NO");
+                same_losses(b, r) ? "yes" : o.lossy.empty() ? "NO" : "no (expected: --lossy rounds swapped activations)");
+    if (!o.lossy.empty())
+      std::printf("  largest |loss difference| over the iterations: %.3g (lossy %s stashing)\n",
+                  max_loss_difference(b, r), o.lossy.c_str());
   }
 }
 
@@ -710,7 +734,7 @@ int run_train(const TrainCliOptions& given) {
   } else {
     print_train_summary(o, s, buckets, *r);
   }
-  if (s.baseline && !same_losses(*s.baseline, *r))
+  if (s.baseline && o.lossy.empty() && !same_losses(*s.baseline, *r))
     return report(Status::Internal("the planned run's losses differ from the run without a plan: a memory-management "
                                    "defect, please report it"));
   return 0;
@@ -748,6 +772,11 @@ void register_train(CLI::App& app, std::function<int()>& action) {
                   "How the SSD tier codes swapped bytes on disk, losslessly: none, zero-mask, lz4, zstd, "
                   "zero-mask+lz4, or auto (measured and chosen per class of tensor; docs/codecs.md)")
       ->capture_default_str();
+  cmd->add_option("--lossy", o->lossy,
+                  "Lossy stashing on the SSD tier, Gist-style: bf16 stores swapped forward activations rounded to "
+                  "bfloat16 (half the disk bytes; gradients, weights and optimizer state stay exact). Training is then "
+                  "no longer bitwise identical to a run without a plan (--compare reports the largest loss "
+                  "difference; bench/lossy_curve.sh the loss curve over 300 iterations)");
   cmd->add_option("--device", o->device, "Hardware profile whose op and transfer times the policy plans with")
       ->capture_default_str();
   cmd->add_option("--op-times", o->op_times,

@@ -100,6 +100,10 @@ Result<std::unique_ptr<Executor>> Executor::create(const Graph& graph, Backend& 
                                                    const ExecutorOptions& options, const Schedule* schedule,
                                                    std::unique_ptr<CompiledGraph> compiled) {
   FERRY_CHECK(compiled != nullptr, "Executor::create without a compiled graph");
+  if (options.ssd_lossy_activations && options.verify_memory)
+    return Status::InvalidArgument(
+        "lossy stashing (bf16) changes swapped activations by design; the memory checks (verify_memory) would call "
+        "that corruption: use one or the other");
   // Analyse and plan with the sizes the backend will really use.
   Graph sized = with_backend_sizes(graph, *compiled);
   AnalysisOptions ao;
@@ -207,6 +211,11 @@ Status Executor::make_tiers() {
     so.fault = options_.ssd_fault;
     so.codec = options_.ssd_codec;
     if (options_.ssd_codec_auto) so.auto_codec = true, so.tensor_classes = ssd_tensor_classes();
+    if (options_.ssd_lossy_activations) {
+      so.lossy_tensors.assign(graph_.tensors.size(), false);
+      for (const Tensor& t : graph_.tensors)
+        so.lossy_tensors[static_cast<size_t>(t.id)] = t.role == TensorRole::kActivation && t.dtype == DType::kF32;
+    }
     FERRY_ASSIGN_OR_RETURN(std::unique_ptr<SsdTier> ssd, SsdTier::create(so));
     FERRY_RETURN_IF_ERROR(ssd->fix_slots(fixed(ssd_need)));
     ssd_tier_ = std::move(ssd);

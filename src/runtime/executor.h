@@ -92,6 +92,10 @@ struct ExecutorOptions {
   // Or let the SSD tier choose per class of tensor (SsdTierOptions::auto_codec; ssd_codec must be
   // kNone): classes are "<producing op type>/<role>" (ssd_tensor_classes()).
   bool ssd_codec_auto = false;
+  // Lossy stashing (`--lossy bf16`, Gist-style): the SSD tier stores forward activations (f32
+  // tensors of role activation) rounded to bfloat16 (SsdTierOptions::lossy_tensors). Training is
+  // then no longer bitwise that of a run without a plan; verify_memory cannot be combined with it.
+  bool ssd_lossy_activations = false;
   // Guard bytes, poisoned free memory and content checksums, checked after every op
   // (runtime/memory_verifier.h). The arena grows by the guards; the budget still bounds the
   // measured live bytes.

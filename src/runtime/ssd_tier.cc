@@ -293,7 +293,9 @@ Result<std::unique_ptr<SsdTier>> SsdTier::create(const SsdTierOptions& options) 
   if (options.auto_codec && options.codec != CodecId::kNone)
     return Status::InvalidArgument(fmt::format("{} tier: auto_codec chooses the codec; codec must be none, got {}",
                                                name, to_string(options.codec)));
-  if ((options.codec != CodecId::kNone || options.auto_codec) && options.chunk_bytes > kMaxChunkBytes)
+  const bool any_lossy =
+      std::find(options.lossy_tensors.begin(), options.lossy_tensors.end(), true) != options.lossy_tensors.end();
+  if ((options.codec != CodecId::kNone || options.auto_codec || any_lossy) && options.chunk_bytes > kMaxChunkBytes)
     return Status::InvalidArgument(fmt::format("{} tier: with codec {}, chunk_bytes must be at most {}, got {}", name,
                                                to_string(options.codec), bytes_text(kMaxChunkBytes),
                                                bytes_text(options.chunk_bytes)));
@@ -516,19 +518,30 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 }  // namespace
 
+bool SsdTier::lossy(TensorId t) const {
+  return t >= 0 && static_cast<size_t>(t) < options_.lossy_tensors.size() && options_.lossy_tensors[static_cast<size_t>(t)];
+}
+
+bool SsdTier::per_slot_codecs() const {
+  return options_.auto_codec ||
+         std::find(options_.lossy_tensors.begin(), options_.lossy_tensors.end(), true) != options_.lossy_tensors.end();
+}
+
 Status SsdTier::store(const SwapSlot& slot, const SwapEndpoint& src, Hash64* hash) {
-  const CodecId codec = options_.auto_codec ? pick_codec(slot, src) : options_.codec;
+  const bool lossy_slot = lossy(slot.tensor);
+  const CodecId codec = lossy_slot ? CodecId::kBf16 : options_.auto_codec ? pick_codec(slot, src) : options_.codec;
+  if (lossy_slot) hash = nullptr;  // its bytes come back rounded: the frame's checksums guard it
   Channel& channel = acquire_channel();
   const auto t0 = std::chrono::steady_clock::now();
   Status s = codec == CodecId::kNone ? store_raw(channel, slot, src, hash)
                                      : store_coded(channel, slot, src, hash, codec);
   const double seconds = seconds_since(t0);
   release_channel(channel);
+  if (per_slot_codecs() && codec == CodecId::kNone && s.ok()) {
+    std::lock_guard lock(coded_mu_);
+    coded_[slot.tensor] = CodedSlot{slot.generation, {}, CodecId::kNone};
+  }
   if (options_.auto_codec && codec == CodecId::kNone && s.ok()) {
-    {
-      std::lock_guard lock(coded_mu_);
-      coded_[slot.tensor] = CodedSlot{slot.generation, {}, CodecId::kNone};
-    }
     std::lock_guard lock(auto_->mu);
     auto_->raw_bytes[0] += slot.bytes;
     auto_->raw_seconds[0] += seconds;
@@ -537,7 +550,8 @@ Status SsdTier::store(const SwapSlot& slot, const SwapEndpoint& src, Hash64* has
 }
 
 Status SsdTier::load(const SwapSlot& slot, const SwapEndpoint& dst, Hash64* hash) {
-  const CodecId codec = options_.auto_codec ? stored_codec(slot) : options_.codec;
+  const CodecId codec = per_slot_codecs() ? stored_codec(slot) : options_.codec;
+  if (is_lossy(codec)) hash = nullptr;  // as in store()
   Channel& channel = acquire_channel();
   const auto t0 = std::chrono::steady_clock::now();
   Status s = codec == CodecId::kNone ? load_raw(channel, slot, dst, hash)

@@ -116,6 +116,11 @@ struct SsdTierOptions {
   // known choose_codec picks the class's codec for the rest of the run. Until then tensors go raw.
   bool auto_codec = false;
   std::vector<std::string> tensor_classes = {};
+  // Lossy stashing on request (`--lossy bf16`, Gist-style): tensors marked here (indexed by
+  // TensorId) are stored with the bf16 codec, every 32-bit word rounded to bfloat16, and come back
+  // rounded; the others as above. The content checksum (`checksum`) does not cover them (their
+  // bytes change by design); the codec's per-chunk checksums still catch corrupt data on disk.
+  std::vector<bool> lossy_tensors = {};
 };
 
 // What the automatic choice decided for a class of tensors (measured figures, predicted times).
@@ -194,7 +199,9 @@ class SsdTier final : public SwapTier {
   CodecId pick_codec(const SwapSlot& slot, const SwapEndpoint& src);
   // The codec `slot`'s stored copy was written with.
   CodecId stored_codec(const SwapSlot& slot);
-  bool coded_staging() const { return options_.codec != CodecId::kNone || options_.auto_codec; }
+  bool lossy(TensorId t) const;     // stored with bf16 (SsdTierOptions::lossy_tensors)
+  bool per_slot_codecs() const;     // slots record their codec (auto choice or lossy tensors)
+  bool coded_staging() const { return options_.codec != CodecId::kNone || per_slot_codecs(); }
 
   SsdTierOptions options_;
   SsdIo io_ = SsdIo::kAuto;

@@ -332,6 +332,29 @@ TEST(Cli, TrainCodecOnTheSsdTier) {
   expect_failure(model + " --codec lz4", 2, "--codec has no effect");
 }
 
+// --lossy bf16: the SSD tier stashes activations rounded to bfloat16; --compare then reports the
+// losses as not bitwise identical (expected) and the largest difference, exits 0, and the disk
+// carries fewer bytes than the lossless run; bad values and combinations are bad usage.
+TEST(Cli, TrainLossyStashing) {
+  const std::string model = "train --model resnet-mini --batch 4 --iters 3 --seed 3 --no-progress --json";
+  const std::string planned = model + " --policy vdnn-all --tier ssd --codec none --budget 70%";
+  Output exact = ferry(planned);
+  ASSERT_EQ(exact.code, 0) << exact.out;
+  Output lossy = ferry(planned + " --lossy bf16 --compare");
+  ASSERT_EQ(lossy.code, 0) << lossy.out;
+  const auto e = nlohmann::json::parse(exact.out), l = nlohmann::json::parse(lossy.out);
+  EXPECT_TRUE(e["lossy"].is_null());
+  EXPECT_EQ(l["lossy"], "bf16");
+  EXPECT_LT(l["ssd_disk_bytes_written"].get<uint64_t>(), e["ssd_disk_bytes_written"].get<uint64_t>());
+  EXPECT_FALSE(l["baseline"]["losses_bitwise_identical"].get<bool>());
+  EXPECT_GT(l["baseline"]["max_abs_loss_difference"].get<double>(), 0.0);
+  EXPECT_LT(l["baseline"]["max_abs_loss_difference"].get<double>(), 0.1);
+  EXPECT_EQ(l["baseline"]["losses"].size(), 3u);
+  expect_failure(planned + " --lossy fp8", 2, "--lossy: unknown lossy format 'fp8' (known: bf16)");
+  expect_failure(model + " --policy vdnn-all --budget 70% --lossy bf16", 2, "--lossy has no effect without --tier ssd");
+  expect_failure(planned + " --lossy bf16 --verify-memory", 2, "use one or the other");
+}
+
 // --conv-algo: the JSON says what ran; Winograd's scratch is counted (peak == predicted); a plan
 // that cannot fit because of it says so; a bad name is bad usage.
 TEST(Cli, TrainConvAlgorithm) {

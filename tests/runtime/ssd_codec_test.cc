@@ -12,6 +12,7 @@
 
 #include <gtest/gtest.h>
 
+#include "codec/kernels.h"
 #include "runtime/ssd_tier.h"
 #include "runtime/swap_test_util.h"
 
@@ -285,6 +286,61 @@ TEST(SsdCodecAutoTest, ChoosesPerClassFromWhatItMeasured) {
     const uint64_t raw = 3 * align_up(1 << 20, 4096) + align_up((1 << 20) + 100, 4096);
     EXPECT_EQ(tier->io_stats().disk_bytes_read - before, raw + 2 * 17 * 4096);
   }
+}
+
+}  // namespace
+}  // namespace ferry
+
+namespace ferry {
+namespace {
+
+// Lossy stashing (SsdTierOptions::lossy_tensors, `--lossy bf16`): a marked tensor comes back with
+// every 32-bit word rounded to bfloat16 (round to nearest even) in half the disk bytes, while an
+// unmarked one comes back bitwise, with checksum mode on; corrupt lossy data is still an error.
+TEST(SsdLossyTest, MarkedTensorsComeBackRoundedInHalfTheBytesOthersExact) {
+  for (SsdIo io : {SsdIo::kUring, SsdIo::kThreads}) {
+    for (bool auto_codec : {false, true}) {
+      TempDir dir;
+      SsdTierOptions options = coded_options(dir, io, CodecId::kNone);
+      options.auto_codec = auto_codec;
+      options.lossy_tensors = {true, false};
+      auto tier = make_tier(options);
+      ASSERT_NE(tier, nullptr);
+      const std::vector<std::byte> a = relu_bytes(5 * kChunk + 12, 0.0, 11), b = test::pattern_bytes(1, 3 * kChunk, 2);
+      SwapSlot sa = *tier->reserve(0, a.size()), sb = *tier->reserve(1, b.size());
+      ASSERT_TRUE(tier->write(sa, std::span<const std::byte>(a)).ok());
+      const uint64_t lossy_disk = tier->io_stats().disk_bytes_written;
+      ASSERT_TRUE(tier->write(sb, std::span<const std::byte>(b)).ok());
+      std::vector<std::byte> back(a.size());
+      Status ra = tier->read(sa, std::span<std::byte>(back));
+      ASSERT_TRUE(ra.ok()) << ra.message();
+      for (uint64_t i = 0; i + 4 <= a.size(); i += 4) {
+        uint32_t in = 0, out = 0;
+        std::memcpy(&in, a.data() + i, 4);
+        std::memcpy(&out, back.data() + i, 4);
+        ASSERT_EQ(out, static_cast<uint32_t>(codec_kernels::bf16_round(in)) << 16) << "word " << i / 4;
+      }
+      EXPECT_NE(back, a);  // it really was rounded
+      EXPECT_LE(lossy_disk, a.size() / 2 + 6 * 4096) << "bf16 halves the bytes (4 KiB rounding per chunk aside)";
+      back.resize(b.size());
+      ASSERT_TRUE(tier->read(sb, std::span<std::byte>(back)).ok());
+      EXPECT_EQ(back, b);
+    }
+  }
+  // Corrupt lossy data read back: the frame's checksum catches it.
+  TempDir dir;
+  SsdTierOptions options = coded_options(dir, SsdIo::kAuto, CodecId::kNone);
+  options.checksum = false;
+  options.lossy_tensors = {true};
+  options.fault = SsdFault{.kind = SsdFault::Kind::kCorrupt, .op = SsdFault::Op::kRead, .after_bytes = 0};
+  auto tier = make_tier(options);
+  ASSERT_NE(tier, nullptr);
+  const std::vector<std::byte> a = relu_bytes(3 * kChunk, 0.0, 3);
+  SwapSlot sa = *tier->reserve(0, a.size());
+  ASSERT_TRUE(tier->write(sa, std::span<const std::byte>(a)).ok());
+  std::vector<std::byte> back(a.size());
+  Status st = tier->read(sa, std::span<std::byte>(back));
+  EXPECT_EQ(st.code(), StatusCode::kIoError) << st.message();
 }
 
 }  // namespace
