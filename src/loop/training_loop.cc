@@ -16,16 +16,6 @@ bool same_schedule(const Schedule& a, const Schedule& b) {
   return a.before == b.before && a.after == b.after && a.offloaded == b.offloaded;
 }
 
-size_t count_distinct(const Schedule& s, ActionKind kind) {
-  std::vector<TensorId> ts;
-  for (const auto* steps : {&s.before, &s.after})
-    for (const auto& actions : *steps)
-      for (const Action& a : actions)
-        if (a.kind == kind) ts.push_back(a.tensor);
-  std::sort(ts.begin(), ts.end());
-  return static_cast<size_t>(std::unique(ts.begin(), ts.end()) - ts.begin());
-}
-
 }  // namespace
 
 TrainingLoop::TrainingLoop(const Graph& graph, const Graph& sized, Backend& backend, PlanFunction plan,
@@ -87,8 +77,8 @@ Status TrainingLoop::make_plan(const std::optional<MeasuredFigures>& figures, co
   v.figures_source = source;
   v.predicted_ms = predicted.iteration_us / 1e3;
   v.planning_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  v.swapped_tensors = count_distinct(schedule, ActionKind::kSwapOut);
-  v.recomputed_tensors = count_distinct(schedule, ActionKind::kRecompute);
+  v.swapped_tensors = schedule.distinct_tensors(ActionKind::kSwapOut);
+  v.recomputed_tensors = schedule.distinct_tensors(ActionKind::kRecompute);
   v.new_executor = !versions_.empty() && !same_schedule(schedule, schedule_);
   versions_.push_back(v);
   schedule_ = std::move(schedule);

@@ -280,6 +280,10 @@ bool PlanFacts::gap_allowed(TensorId t, OpId from, OpId to, bool cyclic) const {
 
 OpId PlanFacts::forward_end(TensorId t) const { return info(t).last_forward_use; }
 
+ProgramOptions program_options_of(const PlanContext& ctx) {
+  return ProgramOptions{.op_scratch_bytes = ctx.op_scratch_bytes, .allow_inplace = ctx.allow_inplace};
+}
+
 Result<PlanFacts> make_plan_facts(const PlanContext& ctx) {
   const Graph& g = ctx.graph;
   if (g.ops.empty()) return Status::InvalidArgument(fmt::format("graph '{}' has no ops to plan", g.info.model));
@@ -297,8 +301,7 @@ Result<PlanFacts> make_plan_facts(const PlanContext& ctx) {
   f.framework_saved = ctx.framework_saved;
   f.allow_recompute = ctx.allow_recompute;
   f.replayable_ops = ctx.replayable_ops;
-  f.program_options.op_scratch_bytes = ctx.op_scratch_bytes;
-  f.program_options.allow_inplace = ctx.allow_inplace;
+  f.program_options = program_options_of(ctx);
   AnalysisOptions ao;
   ao.op_scratch_bytes = ctx.op_scratch_bytes;
   ao.allow_inplace = ctx.allow_inplace;
@@ -391,15 +394,8 @@ Result<PlanMeasure> measure_schedule(const PlanFacts& facts, const Schedule& s, 
   } else {
     m.device_bytes = m.live_peak_bytes;
   }
-  std::vector<bool> swapped(facts.g().tensors.size(), false), recomputed(facts.g().tensors.size(), false);
-  for (const auto* lists : {&s.before, &s.after})
-    for (const std::vector<Action>& list : *lists)
-      for (const Action& a : list) {
-        if (a.kind == ActionKind::kSwapOut) swapped[static_cast<size_t>(a.tensor)] = true;
-        if (a.kind == ActionKind::kRecompute) recomputed[static_cast<size_t>(a.tensor)] = true;
-      }
-  m.swapped_tensors = static_cast<size_t>(std::count(swapped.begin(), swapped.end(), true));
-  m.recomputed_tensors = static_cast<size_t>(std::count(recomputed.begin(), recomputed.end(), true));
+  m.swapped_tensors = s.distinct_tensors(ActionKind::kSwapOut);
+  m.recomputed_tensors = s.distinct_tensors(ActionKind::kRecompute);
   return m;
 }
 

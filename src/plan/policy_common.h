@@ -72,6 +72,9 @@ struct PlanFacts {
 
 Result<PlanFacts> make_plan_facts(const PlanContext& ctx);
 
+// How `ctx`'s schedules lower (scratch, in-place), as the simulator and the executor lower them.
+ProgramOptions program_options_of(const PlanContext& ctx);
+
 // Live device bytes per step as placement counts them: the persistent region plus every block
 // whose step interval covers the step (aligned sizes). Its maximum is a lower bound on the arena.
 std::vector<uint64_t> live_bytes_per_step(const PlanFacts& facts, const Program& program);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/units.h"
+#include "plan/policy_common.h"
 #include "schedule/program.h"
 #include "schedule/tier_placement.h"
 
@@ -15,8 +16,7 @@ namespace ferry {
 namespace {
 
 Result<Program> lower_for(const PlanContext& ctx, const Schedule& s) {
-  return lower_schedule(ctx.graph, s,
-                        ProgramOptions{.op_scratch_bytes = ctx.op_scratch_bytes, .allow_inplace = ctx.allow_inplace});
+  return lower_schedule(ctx.graph, s, program_options_of(ctx));
 }
 
 TierNeeds needs_of(const Graph& g, const Program& p) {

@@ -617,13 +617,15 @@ std::vector<SsdCodecChoice> SsdTier::codec_choices() const {
   return out;
 }
 
-Status SsdTier::store_raw(Channel& channel, const SwapSlot& slot, const SwapEndpoint& src, Hash64* hash) {
-  const uint64_t chunk = options_.chunk_bytes;
+// Writes `chunks` chunks of `slot` queue_depth deep: `fill(k, r)` sets r's data_offset,
+// data_bytes, io_bytes and io_buf for chunk k (its bytes staged); a buffer is reused only once its
+// previous chunk is on disk, and every request is drained before returning (the kernel may still
+// read staging buffers, which the next transfer reuses).
+Status SsdTier::write_chunks(Channel& channel, const SwapSlot& slot, uint64_t chunks,
+                             const std::function<Status(uint64_t, Request&)>& fill) {
   const uint64_t depth = static_cast<uint64_t>(options_.queue_depth);
-  const uint64_t chunks = (slot.bytes + chunk - 1) / chunk;
   std::vector<Request> requests(depth);
   for (uint64_t b = 0; b < depth; ++b) requests[b].buffer = static_cast<uint32_t>(b);
-
   Status error;
   for (uint64_t k = 0; k < chunks && error.ok(); ++k) {
     Request& r = requests[k % depth];
@@ -634,22 +636,11 @@ Status SsdTier::store_raw(Channel& channel, const SwapSlot& slot, const SwapEndp
       if (!error.ok()) break;
     }
     r.op = ssd_io::Op::kWrite;
-    r.data_offset = k * chunk;
-    r.data_bytes = std::min(chunk, slot.bytes - r.data_offset);
-    r.io_bytes = align_up(r.data_bytes, kBlock);
+    error = fill(k, r);
+    if (!error.ok()) break;
     r.file_offset = slot.offset + r.data_offset;
-    std::byte* buf = buffer(channel, r.buffer);
-    r.io_buf = buf;
-    error = src.copy_out(r.data_offset, {buf, r.data_bytes});
-    if (!error.ok()) {
-      error = error.with_context(fmt::format("{} tier: write of tensor {}", name(), slot.tensor));
-      break;
-    }
-    std::memset(buf + r.data_bytes, 0, r.io_bytes - r.data_bytes);  // no stale bytes on disk
-    if (hash) hash->update({buf, r.data_bytes});
     submit(channel, r);
   }
-  // Drain: the kernel may still be reading staging buffers, which the next transfer will reuse.
   for (Request& r : requests) {
     if (!r.in_flight && !r.done) continue;
     await(channel, r, requests);
@@ -659,24 +650,22 @@ Status SsdTier::store_raw(Channel& channel, const SwapSlot& slot, const SwapEndp
   return error;
 }
 
-Status SsdTier::load_raw(Channel& channel, const SwapSlot& slot, const SwapEndpoint& dst, Hash64* hash) {
-  const uint64_t chunk = options_.chunk_bytes;
+// Reads `chunks` chunks of `slot` queue_depth deep: `place(k, r)` sets r's data_offset,
+// data_bytes, io_bytes and io_buf for chunk k; `consume(k, r)` takes the chunk once it has
+// arrived, in order; then the drain (after an error the later chunks no longer matter).
+Status SsdTier::read_chunks(Channel& channel, const SwapSlot& slot, uint64_t chunks,
+                            const std::function<void(uint64_t, Request&)>& place,
+                            const std::function<Status(uint64_t, Request&)>& consume) {
   const uint64_t depth = static_cast<uint64_t>(options_.queue_depth);
-  const uint64_t chunks = (slot.bytes + chunk - 1) / chunk;
   std::vector<Request> requests(depth);
   for (uint64_t b = 0; b < depth; ++b) requests[b].buffer = static_cast<uint32_t>(b);
-
   auto start = [&](uint64_t k) {
     Request& r = requests[k % depth];
     r.op = ssd_io::Op::kRead;
-    r.data_offset = k * chunk;
-    r.data_bytes = std::min(chunk, slot.bytes - r.data_offset);
-    r.io_bytes = align_up(r.data_bytes, kBlock);
+    place(k, r);
     r.file_offset = slot.offset + r.data_offset;
-    r.io_buf = buffer(channel, r.buffer);
     submit(channel, r);
   };
-
   Status error;
   for (uint64_t k = 0; k < std::min(depth, chunks); ++k) start(k);
   for (uint64_t k = 0; k < chunks && error.ok(); ++k) {
@@ -685,79 +674,80 @@ Status SsdTier::load_raw(Channel& channel, const SwapSlot& slot, const SwapEndpo
     error = check(r, slot);
     r.done = false;
     if (!error.ok()) break;
-    std::byte* buf = buffer(channel, r.buffer);
-    if (r.corrupt) buf[0] ^= std::byte{0x5a};
-    if (hash) hash->update({buf, r.data_bytes});
-    error = dst.copy_in(r.data_offset, {buf, r.data_bytes});
-    if (!error.ok()) {
-      error = error.with_context(fmt::format("{} tier: read of tensor {}", name(), slot.tensor));
-      break;
-    }
+    error = consume(k, r);
+    if (!error.ok()) break;
     if (k + depth < chunks) start(k + depth);
   }
-  // Drain, as in store(); after an error the later chunks' results no longer matter.
   for (Request& r : requests)
     if (r.in_flight) await(channel, r, requests);
   return error;
+}
+
+Status SsdTier::store_raw(Channel& channel, const SwapSlot& slot, const SwapEndpoint& src, Hash64* hash) {
+  const uint64_t chunk = options_.chunk_bytes;
+  return write_chunks(channel, slot, (slot.bytes + chunk - 1) / chunk, [&](uint64_t k, Request& r) {
+    r.data_offset = k * chunk;
+    r.data_bytes = std::min(chunk, slot.bytes - r.data_offset);
+    r.io_bytes = align_up(r.data_bytes, kBlock);
+    std::byte* buf = buffer(channel, r.buffer);
+    r.io_buf = buf;
+    if (Status st = src.copy_out(r.data_offset, {buf, r.data_bytes}); !st.ok())
+      return st.with_context(fmt::format("{} tier: write of tensor {}", name(), slot.tensor));
+    std::memset(buf + r.data_bytes, 0, r.io_bytes - r.data_bytes);  // no stale bytes on disk
+    if (hash) hash->update({buf, r.data_bytes});
+    return Status::Ok();
+  });
+}
+
+Status SsdTier::load_raw(Channel& channel, const SwapSlot& slot, const SwapEndpoint& dst, Hash64* hash) {
+  const uint64_t chunk = options_.chunk_bytes;
+  auto place = [&](uint64_t k, Request& r) {
+    r.data_offset = k * chunk;
+    r.data_bytes = std::min(chunk, slot.bytes - r.data_offset);
+    r.io_bytes = align_up(r.data_bytes, kBlock);
+    r.io_buf = buffer(channel, r.buffer);
+  };
+  return read_chunks(channel, slot, (slot.bytes + chunk - 1) / chunk, place, [&](uint64_t, Request& r) {
+    std::byte* buf = buffer(channel, r.buffer);
+    if (r.corrupt) buf[0] ^= std::byte{0x5a};
+    if (hash) hash->update({buf, r.data_bytes});
+    if (Status st = dst.copy_in(r.data_offset, {buf, r.data_bytes}); !st.ok())
+      return st.with_context(fmt::format("{} tier: read of tensor {}", name(), slot.tensor));
+    return Status::Ok();
+  });
 }
 
 // Note [Coded slots]. Encoding chunk k+1 runs while chunk k's write is on disk.
 Status SsdTier::store_coded(Channel& channel, const SwapSlot& slot, const SwapEndpoint& src, Hash64* hash,
                             CodecId codec) {
   const uint64_t chunk = options_.chunk_bytes;
-  const uint64_t depth = static_cast<uint64_t>(options_.queue_depth);
   Result<FrameEncoder> enc = FrameEncoder::create(codec, slot.bytes, static_cast<uint32_t>(chunk));
   if (!enc.ok()) return enc.status().with_context(fmt::format("{} tier: write of tensor {}", name(), slot.tensor));
   const uint32_t chunks = enc->info().chunk_count;
   CodedSlot coded{slot.generation, std::vector<std::array<std::byte, kChunkHeaderBytes>>(chunks), codec};
-  std::vector<Request> requests(depth);
-  for (uint64_t b = 0; b < depth; ++b) requests[b].buffer = static_cast<uint32_t>(b);
   {  // a failed write leaves no headers behind (the base class then refuses reads of the slot)
     std::lock_guard lock(coded_mu_);
     coded_.erase(slot.tensor);
   }
-
-  Status error;
-  for (uint32_t k = 0; k < chunks && error.ok(); ++k) {
-    Request& r = requests[k % depth];
-    if (r.in_flight || r.done) {  // the buffer's previous chunk must be on disk before reuse
-      await(channel, r, requests);
-      error = check(r, slot);
-      r.done = false;
-      if (!error.ok()) break;
-    }
-    r.op = ssd_io::Op::kWrite;
-    r.data_offset = enc->info().chunk_offset(k);
-    r.data_bytes = enc->info().chunk_input_bytes(k);
+  Status error = write_chunks(channel, slot, chunks, [&](uint64_t k, Request& r) {
+    r.data_offset = enc->info().chunk_offset(static_cast<uint32_t>(k));
+    r.data_bytes = enc->info().chunk_input_bytes(static_cast<uint32_t>(k));
     std::span<std::byte> plain = std::span(channel.plain).first(r.data_bytes);
-    error = src.copy_out(r.data_offset, plain);
-    if (!error.ok()) {
-      error = error.with_context(fmt::format("{} tier: write of tensor {}", name(), slot.tensor));
-      break;
-    }
+    if (Status st = src.copy_out(r.data_offset, plain); !st.ok())
+      return st.with_context(fmt::format("{} tier: write of tensor {}", name(), slot.tensor));
     if (hash) hash->update(plain);
     std::byte* record = io_start(channel, r.buffer) - kChunkHeaderBytes;
-    Result<uint64_t> n = enc->encode_chunk(*channel.codec, k, plain, {record, kChunkHeaderBytes + chunk});
-    if (!n.ok()) {
-      error = n.status().with_context(
+    Result<uint64_t> n = enc->encode_chunk(*channel.codec, static_cast<uint32_t>(k), plain, {record, kChunkHeaderBytes + chunk});
+    if (!n.ok())
+      return n.status().with_context(
           fmt::format("{} tier: write of tensor {}: encoding chunk {} of {}", name(), slot.tensor, k, chunks));
-      break;
-    }
     const uint64_t payload_bytes = *n - kChunkHeaderBytes;
     std::memcpy(coded.chunk_headers[k].data(), record, kChunkHeaderBytes);
     r.io_bytes = align_up(payload_bytes, kBlock);
-    r.file_offset = slot.offset + r.data_offset;
     r.io_buf = io_start(channel, r.buffer);
     std::memset(record + *n, 0, r.io_bytes - payload_bytes);  // no stale bytes on disk
-    submit(channel, r);
-  }
-  // Drain: the kernel may still be reading staging buffers, which the next transfer will reuse.
-  for (Request& r : requests) {
-    if (!r.in_flight && !r.done) continue;
-    await(channel, r, requests);
-    if (error.ok()) error = check(r, slot);
-    r.done = false;
-  }
+    return Status::Ok();
+  });
   if (error.ok()) {
     std::lock_guard lock(coded_mu_);
     coded_[slot.tensor] = std::move(coded);
@@ -769,7 +759,6 @@ Status SsdTier::store_coded(Channel& channel, const SwapSlot& slot, const SwapEn
 Status SsdTier::load_coded(Channel& channel, const SwapSlot& slot, const SwapEndpoint& dst, Hash64* hash,
                            CodecId codec) {
   const uint64_t chunk = options_.chunk_bytes;
-  const uint64_t depth = static_cast<uint64_t>(options_.queue_depth);
   Result<FrameEncoder> enc = FrameEncoder::create(codec, slot.bytes, static_cast<uint32_t>(chunk));
   if (!enc.ok()) return enc.status().with_context(fmt::format("{} tier: read of tensor {}", name(), slot.tensor));
   const FrameInfo& info = enc->info();
@@ -782,58 +771,34 @@ Status SsdTier::load_coded(Channel& channel, const SwapSlot& slot, const SwapEnd
                 "{} tier: tensor {} holds a copy but no chunk headers of it", name(), slot.tensor);
     headers = it->second.chunk_headers;
   }
-  auto payload_of = [&](uint32_t k) {
+  auto payload_of = [&](uint64_t k) {
     uint32_t bytes;
     std::memcpy(&bytes, headers[k].data(), sizeof bytes);
     return uint64_t{bytes};
   };
-  std::vector<Request> requests(depth);
-  for (uint64_t b = 0; b < depth; ++b) requests[b].buffer = static_cast<uint32_t>(b);
-
-  auto start = [&](uint32_t k) {
-    Request& r = requests[k % depth];
-    r.op = ssd_io::Op::kRead;
-    r.data_offset = info.chunk_offset(k);
-    r.data_bytes = info.chunk_input_bytes(k);
+  auto place = [&](uint64_t k, Request& r) {
+    r.data_offset = info.chunk_offset(static_cast<uint32_t>(k));
+    r.data_bytes = info.chunk_input_bytes(static_cast<uint32_t>(k));
     // The header bounds the payload by the chunk's input (checked when it was made), so the read
     // fits the staging buffer.
     r.io_bytes = align_up(std::min(payload_of(k), r.data_bytes), kBlock);
-    r.file_offset = slot.offset + r.data_offset;
     r.io_buf = io_start(channel, r.buffer);
-    submit(channel, r);
   };
-
-  Status error;
-  for (uint32_t k = 0; k < std::min<uint64_t>(depth, chunks); ++k) start(k);
-  for (uint32_t k = 0; k < chunks && error.ok(); ++k) {
-    Request& r = requests[k % depth];
-    await(channel, r, requests);
-    error = check(r, slot);
-    r.done = false;
-    if (!error.ok()) break;
+  return read_chunks(channel, slot, chunks, place, [&](uint64_t k, Request& r) {
     std::byte* payload = io_start(channel, r.buffer);
     if (r.corrupt) payload[0] ^= std::byte{0x5a};
     std::byte* record = payload - kChunkHeaderBytes;
     std::memcpy(record, headers[k].data(), kChunkHeaderBytes);
     std::span<std::byte> plain = std::span(channel.plain).first(r.data_bytes);
-    error = decode_chunk(*channel.codec, info, k, {record, kChunkHeaderBytes + payload_of(k)}, plain);
-    if (!error.ok()) {
-      error = error.with_context(fmt::format("{} tier: read of tensor {}, chunk {} of {} (file '{}', offset {}, {} bytes)",
-                                             name(), slot.tensor, k, chunks, file_path_, r.file_offset, r.io_bytes));
-      break;
-    }
+    if (Status st = decode_chunk(*channel.codec, info, static_cast<uint32_t>(k), {record, kChunkHeaderBytes + payload_of(k)}, plain);
+        !st.ok())
+      return st.with_context(fmt::format("{} tier: read of tensor {}, chunk {} of {} (file '{}', offset {}, {} bytes)",
+                                         name(), slot.tensor, k, chunks, file_path_, r.file_offset, r.io_bytes));
     if (hash) hash->update(plain);
-    error = dst.copy_in(r.data_offset, plain);
-    if (!error.ok()) {
-      error = error.with_context(fmt::format("{} tier: read of tensor {}", name(), slot.tensor));
-      break;
-    }
-    if (k + depth < chunks) start(static_cast<uint32_t>(k + depth));
-  }
-  // Drain, as in store(); after an error the later chunks' results no longer matter.
-  for (Request& r : requests)
-    if (r.in_flight) await(channel, r, requests);
-  return error;
+    if (Status st = dst.copy_in(r.data_offset, plain); !st.ok())
+      return st.with_context(fmt::format("{} tier: read of tensor {}", name(), slot.tensor));
+    return Status::Ok();
+  });
 }
 
 }  // namespace ferry

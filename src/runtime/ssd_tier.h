@@ -57,6 +57,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -191,6 +192,11 @@ class SsdTier final : public SwapTier {
   std::byte* buffer(Channel& channel, uint32_t b) const;
   std::byte* io_start(Channel& channel, uint32_t b) const;
   // The raw and the coded transfers.
+  Status write_chunks(Channel& channel, const SwapSlot& slot, uint64_t chunks,
+                      const std::function<Status(uint64_t, Request&)>& fill);
+  Status read_chunks(Channel& channel, const SwapSlot& slot, uint64_t chunks,
+                     const std::function<void(uint64_t, Request&)>& place,
+                     const std::function<Status(uint64_t, Request&)>& consume);
   Status store_raw(Channel& channel, const SwapSlot& slot, const SwapEndpoint& src, Hash64* hash);
   Status load_raw(Channel& channel, const SwapSlot& slot, const SwapEndpoint& dst, Hash64* hash);
   Status store_coded(Channel& channel, const SwapSlot& slot, const SwapEndpoint& src, Hash64* hash, CodecId codec);

@@ -1,5 +1,7 @@
 #include "schedule/schedule.h"
 
+#include <algorithm>
+
 namespace ferry {
 
 std::string_view to_string(ActionKind k) {
@@ -11,6 +13,16 @@ std::string_view to_string(ActionKind k) {
     case ActionKind::kHostUpdate: return "host_update";
   }
   return "?";
+}
+
+size_t Schedule::distinct_tensors(ActionKind kind) const {
+  std::vector<TensorId> ts;
+  for (const auto* steps : {&before, &after})
+    for (const auto& actions : *steps)
+      for (const Action& a : actions)
+        if (a.kind == kind) ts.push_back(a.tensor);
+  std::sort(ts.begin(), ts.end());
+  return static_cast<size_t>(std::unique(ts.begin(), ts.end()) - ts.begin());
 }
 
 OpId update_op_of(const Graph& g, TensorId gradient) {

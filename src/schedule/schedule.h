@@ -66,6 +66,8 @@ struct Schedule {
     s.after.resize(steps);
     return s;
   }
+  // Distinct tensors named by actions of `kind` (swapped: kSwapOut, recomputed: kRecompute).
+  size_t distinct_tensors(ActionKind kind) const;
   // Host updates (kHostUpdate actions) in the schedule.
   size_t num_host_updates() const {
     size_t n = 0;

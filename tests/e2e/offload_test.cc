@@ -107,6 +107,27 @@ Result<Outcome> train(const Graph& g, const Schedule* s, bool verify = false) {
   return out;
 }
 
+size_t count_updates(const Graph& g) {
+  return static_cast<size_t>(std::count_if(g.ops.begin(), g.ops.end(), [](const Op& op) {
+    return op.type == OpType::kSgdUpdate || op.type == OpType::kAdamUpdate;
+  }));
+}
+
+void expect_same_training(const Outcome& run, const Outcome& reference) {
+  EXPECT_EQ(run.losses, reference.losses);
+  ASSERT_EQ(run.persistent.size(), reference.persistent.size());
+  for (size_t i = 0; i < run.persistent.size(); ++i)
+    EXPECT_TRUE(run.persistent[i] == reference.persistent[i]) << "persistent tensor " << i;
+}
+
+// "gpt2_mini_ssd" for the (model, tier) suites below.
+std::string model_tier_name(const ::testing::TestParamInfo<std::tuple<const char*, Tier>>& info) {
+  std::string n = std::string(std::get<0>(info.param)) + "_" + std::string(to_string(std::get<1>(info.param)));
+  for (char& c : n)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  return n;
+}
+
 class OffloadAll : public ::testing::TestWithParam<std::tuple<const char*, Tier>> {};
 
 TEST_P(OffloadAll, TrainsBitwiseLikeKeepingEverythingOnTheDevice) {
@@ -118,10 +139,7 @@ TEST_P(OffloadAll, TrainsBitwiseLikeKeepingEverythingOnTheDevice) {
   Result<Outcome> run = train(g, &s);
   ASSERT_TRUE(run.ok()) << run.status().message();
   EXPECT_GT(run->swapped_in, 0u);
-  EXPECT_EQ(run->losses, reference->losses);
-  ASSERT_EQ(run->persistent.size(), reference->persistent.size());
-  for (size_t i = 0; i < run->persistent.size(); ++i)
-    EXPECT_TRUE(run->persistent[i] == reference->persistent[i]) << "persistent tensor " << i;
+  expect_same_training(*run, *reference);
   EXPECT_EQ(run->measured_peak, run->predicted_live);
   EXPECT_LT(run->measured_peak, reference->measured_peak);
   // The memory checks (contents of every swapped-in weight included) pass, with the same numbers.
@@ -151,26 +169,7 @@ TEST_P(OffloadAll, TrainsBitwiseLikeKeepingEverythingOnTheDevice) {
 INSTANTIATE_TEST_SUITE_P(Models, OffloadAll,
                          ::testing::Combine(::testing::Values("resnet-mini", "gpt2-mini"),
                                             ::testing::Values(Tier::kHost, Tier::kSsd)),
-                         [](const auto& info) {
-                           std::string n = std::string(std::get<0>(info.param)) + "_" +
-                                           std::string(to_string(std::get<1>(info.param)));
-                           for (char& c : n)
-                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-                           return n;
-                         });
-
-size_t count_updates(const Graph& g) {
-  return static_cast<size_t>(std::count_if(g.ops.begin(), g.ops.end(), [](const Op& op) {
-    return op.type == OpType::kSgdUpdate || op.type == OpType::kAdamUpdate;
-  }));
-}
-
-void expect_same_training(const Outcome& run, const Outcome& reference) {
-  EXPECT_EQ(run.losses, reference.losses);
-  ASSERT_EQ(run.persistent.size(), reference.persistent.size());
-  for (size_t i = 0; i < run.persistent.size(); ++i)
-    EXPECT_TRUE(run.persistent[i] == reference.persistent[i]) << "persistent tensor " << i;
-}
+                         model_tier_name);
 
 class HostUpdates : public ::testing::TestWithParam<std::tuple<const char*, Tier>> {};
 
@@ -213,13 +212,7 @@ TEST_P(HostUpdates, TrainBitwiseLikeUpdatingOnTheDevice) {
 INSTANTIATE_TEST_SUITE_P(Models, HostUpdates,
                          ::testing::Combine(::testing::Values("resnet-mini", "gpt2-mini"),
                                             ::testing::Values(Tier::kHost, Tier::kSsd)),
-                         [](const auto& info) {
-                           std::string n = std::string(std::get<0>(info.param)) + "_" +
-                                           std::string(to_string(std::get<1>(info.param)));
-                           for (char& c : n)
-                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
-                           return n;
-                         });
+                         model_tier_name);
 
 // The planner's rewrite (plan/ferry/host_updates.h) of the keep plan: updates overlap the backward
 // pass, weights are prefetched; still bitwise, with no optimizer state on the device and less
