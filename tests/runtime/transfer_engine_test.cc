@@ -4,6 +4,9 @@
 #include "runtime/transfer_engine.h"
 
 #include <algorithm>
+#include <chrono>
+#include <optional>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -180,6 +183,58 @@ TEST_P(TransferEngineTest, DiscardWaitsThenDropsTheCopy) {
   // The slot is gone, so the tensor can be swapped out afresh (as after an update op).
   ASSERT_TRUE(engine->wait(engine->swap_out(0, set.ptr(0), set.bytes(0), *tier)).ok());
   EXPECT_EQ(tier->stats().live_slots, 1u);
+}
+
+// A host task (run_on_host, the runtime's host-side optimizer updates) starts after the swap-outs
+// of the slots it names, a later swap-in of a slot it writes brings the task's bytes, discard and
+// drain wait for it, and a failed task is the engine's sticky error.
+TEST_P(TransferEngineTest, HostTasksAreOrderedWithTheCopiesOfTheirSlots) {
+  TempDir dir;
+  auto backend = cpu_backend();
+  auto tier = make_tier(GetParam(), dir, 16 << 20);
+  ASSERT_NE(tier, nullptr);
+  auto engine = make_engine(*backend);
+  TensorSet set(*backend, {200000, 200000}, /*seed=*/5);
+  set.upload();
+  // Nothing waited on: the task reads tensor 0's copy and overwrites it with its bytes reversed.
+  engine->swap_out(0, set.ptr(0), set.bytes(0), *tier);
+  std::vector<std::byte> seen;
+  TransferTicket task = engine->run_on_host(
+      [&]() -> Status {
+        std::optional<SwapSlot> slot = tier->find(0);
+        if (!slot) return Status::Internal("no copy");
+        seen.resize(slot->bytes);
+        FERRY_RETURN_IF_ERROR(tier->read(*slot, std::span<std::byte>(seen)));
+        std::vector<std::byte> reversed(seen.rbegin(), seen.rend());
+        return tier->write(*slot, std::span<const std::byte>(reversed));
+      },
+      {{tier.get(), 0}}, {{tier.get(), 0}});
+  ASSERT_TRUE(task);
+  TransferTicket in = engine->swap_in(0, set.ptr(1), set.bytes(0), *tier);
+  ASSERT_TRUE(engine->wait(in).ok()) << engine->status().message();
+  EXPECT_TRUE(engine->done(task));
+  EXPECT_EQ(seen, set.expected(0));  // the task saw the complete swap-out
+  std::vector<std::byte> reversed(set.expected(0).rbegin(), set.expected(0).rend());
+  EXPECT_EQ(set.download(1), reversed);  // the swap-in waited for the task
+  // Discard waits for a task still reading the slot.
+  engine->swap_out(1, set.ptr(1), set.bytes(1), *tier);
+  TransferTicket reader = engine->run_on_host(
+      [&]() -> Status {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        std::vector<std::byte> b(set.bytes(1));
+        return tier->read(*tier->find(1), std::span<std::byte>(b));
+      },
+      {{tier.get(), 1}}, {});
+  ASSERT_TRUE(engine->discard(1, *tier).ok()) << engine->status().message();
+  EXPECT_TRUE(engine->done(reader));
+  EXPECT_EQ(engine->stats().host_tasks, 2u);
+  // A failing task: its error is sticky, later work is refused.
+  TransferTicket bad = engine->run_on_host([] { return Status::IoError("disk on fire"); }, {}, {});
+  Status st = engine->wait(bad);
+  EXPECT_EQ(st.code(), StatusCode::kIoError);
+  EXPECT_NE(st.message().find("host task"), std::string::npos) << st.message();
+  EXPECT_FALSE(engine->swap_out(1, set.ptr(1), set.bytes(1), *tier));
+  EXPECT_EQ(engine->drain().code(), StatusCode::kIoError);
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiers, TransferEngineTest,
