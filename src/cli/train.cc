@@ -328,6 +328,8 @@ std::string plan_summary(const TrainCliOptions& o, const ShapePlanning& sp) {
   const TieredPlan& plan = **sp.tiered;
   std::string out = fmt::format("policy {}: {} tensors swapped to {}, {} recomputed", o.policy,
                                 plan.report.swapped_tensors, o.tier, plan.report.recomputed_tensors);
+  if (const size_t host = plan.report.schedule.num_host_updates(); host > 0)
+    out += fmt::format(", {} optimizer updates on the host (ZeRO-Offload)", host);
   if (plan.cascade && plan.cascade->moved_tensors > 0)
     out += fmt::format("; host budget {}: {} of them ({}) spill to the SSD tier", plan.host_budget_text,
                        plan.cascade->moved_tensors, format_bytes(plan.cascade->moved_bytes));
@@ -573,6 +575,7 @@ nlohmann::json train_report_json(const TrainCliOptions& o, const TrainSetup& s, 
   // (0 without an SSD tier).
   j["codec"] = o.tier == "ssd" ? o.codec : "none";  // only the SSD tier codes
   j["lossy"] = o.lossy.empty() ? nlohmann::json() : nlohmann::json(o.lossy);
+  j["host_updates"] = e.last_host_updates();  // optimizer updates the last iteration ran on the host
   j["ssd_disk_bytes_written"] = e.ssd_io_stats().disk_bytes_written;
   j["ssd_disk_bytes_read"] = e.ssd_io_stats().disk_bytes_read;
   if (o.tier == "ssd" && o.codec == "auto") {

@@ -332,6 +332,22 @@ TEST(Cli, TrainCodecOnTheSsdTier) {
   expect_failure(model + " --codec lz4", 2, "--codec has no effect");
 }
 
+// Planned with a GPU profile that has a host optimizer rate, ferry runs Adam's updates on the host
+// (ZeRO-Offload's placement): the run says how many, stays within its budget, and --compare finds
+// the losses bitwise those of the run without a plan (on the SSD tier too, whichever plan wins).
+TEST(Cli, TrainWithHostUpdatesIsBitwiseIdentical) {
+  for (const char* tier : {"host", "ssd"}) {
+    Output o = ferry(std::string("train --model gpt2-mini --batch 4 --optimizer adam --device a100-40gb-pcie4 "
+                                 "--budget 30% --iters 3 --static-plan --compare --no-progress --json --tier ") + tier);
+    ASSERT_EQ(o.code, 0) << tier << ": " << o.out;
+    const auto j = nlohmann::json::parse(o.out);
+    // On the SSD tier the simulator may prefer device updates; the host tier's plan uses them.
+    if (std::string(tier) == "host") EXPECT_GT(j["host_updates"].get<int>(), 0);
+    EXPECT_TRUE(j["baseline"]["losses_bitwise_identical"].get<bool>()) << tier;
+    EXPECT_LE(j["measured_peak_bytes"].get<uint64_t>(), j["budget_bytes"].get<uint64_t>()) << tier;
+  }
+}
+
 // --lossy bf16: the SSD tier stashes activations rounded to bfloat16; --compare then reports the
 // losses as not bitwise identical (expected) and the largest difference, exits 0, and the disk
 // carries fewer bytes than the lossless run; bad values and combinations are bad usage.
