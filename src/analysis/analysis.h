@@ -86,6 +86,13 @@ struct Analysis {
   uint64_t peak_bytes_free_at_last_use = 0;  // (b) freed at last use, no in-place
   uint64_t lower_bound_bytes = 0;            // max over steps of live bytes with in-place
   uint64_t peak_bytes_shared = 0;            // (c) persistent_region_bytes + plan.arena_bytes
+  // The irreducible minimum of any plan that runs every op on the device: the largest working set
+  // of one op (its distinct inputs and outputs, weights included, at the alignment, plus its
+  // scratch). Over the ops that are not optimizer updates, and separately over the updates (which a
+  // plan may run on the host instead: their working set then needs no device memory).
+  uint64_t op_working_set_bytes = 0;
+  OpId op_working_set_op = kNoOp;
+  uint64_t update_working_set_bytes = 0;
   double analysis_seconds = 0;               // wall time of analyze()
 };
 

@@ -69,6 +69,9 @@ nlohmann::json to_json(const Graph& g, const Analysis& a) {
   j["peak_bytes_free_at_last_use"] = a.peak_bytes_free_at_last_use;
   j["peak_bytes_shared"] = a.peak_bytes_shared;
   j["lower_bound_bytes"] = a.lower_bound_bytes;
+  j["irreducible_min_bytes"] = a.op_working_set_bytes;  // the largest working set of one non-update op
+  if (a.op_working_set_op != kNoOp) j["irreducible_min_op"] = g.op(a.op_working_set_op).name;
+  j["update_working_set_bytes"] = a.update_working_set_bytes;
   j["arena_bytes"] = a.plan.arena_bytes;
   j["buffers"] = a.buffers.size();
   j["analysis_seconds"] = a.analysis_seconds;
@@ -98,6 +101,11 @@ void print_summary(const Graph& g, const Analysis& a) {
               format_bytes(a.peak_bytes_shared).c_str(), pct(a.peak_bytes_shared), a.buffers.size());
   std::printf("  lower bound           %12s             (max over steps of live bytes, in-place)\n",
               format_bytes(a.lower_bound_bytes).c_str());
+  if (a.op_working_set_op != kNoOp)
+    std::printf("  irreducible minimum   %12s             (the largest working set of one op: '%s';\n"
+                "                                                  an optimizer update's: %s, unless it runs on the host)\n",
+                format_bytes(a.op_working_set_bytes).c_str(), g.op(a.op_working_set_op).name.c_str(),
+                format_bytes(a.update_working_set_bytes).c_str());
   // The saved activations with the longest idle intervals: the natural swap candidates.
   std::vector<TensorId> saved;
   for (const Tensor& t : g.tensors)

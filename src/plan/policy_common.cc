@@ -280,6 +280,32 @@ bool PlanFacts::gap_allowed(TensorId t, OpId from, OpId to, bool cyclic) const {
 
 OpId PlanFacts::forward_end(TensorId t) const { return info(t).last_forward_use; }
 
+namespace {
+
+std::vector<OpId> find_host_updatable(const PlanContext& ctx, const PlanFacts& f) {
+  std::vector<OpId> out;
+  if (ctx.recompute_only || ctx.restricts_executor() || ctx.cost.profile().host_optimizer_bytes_per_s <= 0) return out;
+  const Graph& g = f.g();
+  std::vector<int> readers(g.tensors.size(), 0), writers(g.tensors.size(), 0);
+  for (const Op& op : g.ops) {
+    for (TensorId t : op.inputs) ++readers[static_cast<size_t>(t)];
+    for (TensorId t : op.outputs) ++writers[static_cast<size_t>(t)];
+  }
+  for (const Op& op : g.ops) {
+    if ((op.type != OpType::kSgdUpdate && op.type != OpType::kAdamUpdate) || op.inputs.size() < 2) continue;
+    const TensorId grad = op.inputs[1];
+    if (g.tensor(grad).persistent() || f.producer[static_cast<size_t>(grad)] == kNoOp ||
+        readers[static_cast<size_t>(grad)] != 1)
+      continue;
+    bool ok = true;
+    for (TensorId t : op.outputs) ok = ok && g.tensor(t).persistent() && writers[static_cast<size_t>(t)] == 1;
+    if (ok) out.push_back(op.id);
+  }
+  return out;
+}
+
+}  // namespace
+
 ProgramOptions program_options_of(const PlanContext& ctx) {
   return ProgramOptions{.op_scratch_bytes = ctx.op_scratch_bytes, .allow_inplace = ctx.allow_inplace};
 }
@@ -327,6 +353,7 @@ Result<PlanFacts> make_plan_facts(const PlanContext& ctx) {
   keep.policy = "none";
   FERRY_ASSIGN_OR_RETURN(PlanMeasure m, measure_schedule(f, keep));
   f.none_device_bytes = m.device_bytes;
+  f.host_updatable = find_host_updatable(ctx, f);
   return f;
 }
 
@@ -458,8 +485,13 @@ Schedule empty_schedule(const PlanContext& ctx, std::string_view policy) {
 uint64_t min_budget_lower_bound(const PlanContext& ctx, const PlanFacts& facts, bool persistent_may_leave) {
   // No plan beats the persistent region plus what one op reads at once (or, when persistent
   // tensors may leave, what one op needs at once).
+  // An update that may run on the host needs no device memory at all.
+  std::vector<bool> on_host(ctx.graph.ops.size(), false);
+  if (persistent_may_leave)
+    for (OpId u : facts.host_updatable) on_host[static_cast<size_t>(u)] = true;
   uint64_t step_inputs = 0;
   for (const Op& op : ctx.graph.ops) {
+    if (on_host[static_cast<size_t>(op.id)]) continue;
     uint64_t sum = 0;
     for (TensorId t : facts.analysis.step_inputs[static_cast<size_t>(op.id)])
       if (persistent_may_leave || !ctx.graph.tensor(t).persistent()) sum += facts.aligned_bytes(t);

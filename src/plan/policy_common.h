@@ -52,6 +52,12 @@ struct PlanFacts {
   std::vector<bool> framework_saved;  // PlanContext::framework_saved
   bool allow_recompute = true;        // PlanContext::allow_recompute
   std::vector<bool> replayable_ops;   // PlanContext::replayable_ops
+  // Update ops a plan may run on the host (ZeRO-Offload's placement, a kHostUpdate action):
+  // sgd_update / adam_update whose gradient has a producer and no other reader and whose weight
+  // and state no other op writes. Empty when the profile has no host optimizer rate
+  // (host.optimizer_bytes_per_s), swaps are not allowed (`--tier none`) or the executor is a
+  // framework's (PlanContext::restricts_executor: it runs no updates itself).
+  std::vector<OpId> host_updatable;
 
   const Graph& g() const { return *graph; }
   const TensorInfo& info(TensorId t) const { return analysis.tensors[static_cast<size_t>(t)]; }

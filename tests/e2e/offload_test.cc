@@ -233,7 +233,7 @@ TEST(HostUpdatesPlanned, KeepPlanRewrittenTrainsBitwise) {
     ctx.budget_bytes = 0;
     Result<PlanFacts> facts = make_plan_facts(ctx);
     ASSERT_TRUE(facts.ok()) << facts.status().message();
-    const std::vector<OpId> ops = planner::host_updatable_ops(ctx, *facts);
+    const std::vector<OpId> ops = facts->host_updatable;
     ASSERT_EQ(ops.size(), count_updates(g));
     Result<Schedule> s = complete_schedule(*facts, planner::with_host_updates(ctx, *facts, empty_schedule(ctx, "t"), ops));
     ASSERT_TRUE(s.ok()) << s.status().message();

@@ -43,7 +43,7 @@ TEST(HostUpdatePlans, RewriteKeepsOptimizerStateOffTheDevice) {
   ctx.op_scratch_bytes = policy_test::backend_like_scratch(g);
   Result<PlanFacts> f = make_plan_facts(ctx);
   ASSERT_TRUE(f.ok());
-  const std::vector<OpId> ops = planner::host_updatable_ops(ctx, *f);
+  const std::vector<OpId> ops = f->host_updatable;
   size_t updates = 0;
   for (const Op& op : g.ops) updates += op.type == OpType::kAdamUpdate;
   EXPECT_EQ(ops.size(), updates);
@@ -61,13 +61,13 @@ TEST(HostUpdatePlans, RewriteKeepsOptimizerStateOffTheDevice) {
   // Without a host rate, for a framework's executor, or with --tier none: nothing goes there.
   const CostModel none = host_cost(0);
   PlanContext c2{.graph = g, .cost = none};
-  EXPECT_TRUE(planner::host_updatable_ops(c2, *f).empty());
+  EXPECT_TRUE(make_plan_facts(c2)->host_updatable.empty());
   PlanContext c3 = ctx;
   c3.allow_recompute = false;
-  EXPECT_TRUE(planner::host_updatable_ops(c3, *f).empty());
+  EXPECT_TRUE(make_plan_facts(c3)->host_updatable.empty());
   PlanContext c4 = ctx;
   c4.recompute_only = true;
-  EXPECT_TRUE(planner::host_updatable_ops(c4, *f).empty());
+  EXPECT_TRUE(make_plan_facts(c4)->host_updatable.empty());
 }
 
 TEST(HostUpdatePlans, NeverSlowerThanDeviceUpdatesAndAboveTheBound) {
@@ -97,7 +97,7 @@ TEST(HostUpdatePlans, NeverSlowerThanDeviceUpdatesAndAboveTheBound) {
         ASSERT_TRUE(bound.ok()) << bound.status().message();
         // Every update on the host, the rest kept: where it fits, the bound is below it too.
         Result<Schedule> all_host = complete_schedule(
-            *f, planner::with_host_updates(ctx, *f, empty_schedule(ctx, "t"), planner::host_updatable_ops(ctx, *f)));
+            *f, planner::with_host_updates(ctx, *f, empty_schedule(ctx, "t"), f->host_updatable));
         ASSERT_TRUE(all_host.ok()) << all_host.status().message();
         if (measure_schedule(*f, *all_host)->device_bytes <= ctx.budget_bytes) {
           ++cells_with_host_updates;

@@ -87,7 +87,7 @@ Result<LowerBound> plan_lower_bound(const PlanContext& ctx, const PlanFacts& fac
   // Updates a plan may run on the host (host_updates.h) leave the device's compute, their optimizer
   // state needs no link, their weights no swap-out (the host writes the copy) and their gradients
   // no swap-in: the bound credits all of that, so it holds for plans with host updates too.
-  const std::vector<OpId> host_ops = planner::host_updatable_ops(ctx, facts);
+  const std::vector<OpId> host_ops = facts.host_updatable;
   std::vector<double> device_us = facts.op_us;
   std::vector<bool> host_written(g.tensors.size(), false), host_state(g.tensors.size(), false),
       host_gradient(g.tensors.size(), false);

@@ -882,7 +882,7 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
   // Every link weight with all updates on the device, and (where the profile has a host optimizer
   // rate) with every update that can run there on the host: the simulator picks.
   // A third set runs on the host only the updates the host lane finishes behind the backward pass.
-  const std::vector<OpId> host_all = planner::host_updatable_ops(ctx, facts);
+  const std::vector<OpId> host_all = facts.host_updatable;
   std::vector<std::vector<OpId>> host_sets{{}};
   if (!host_all.empty() && ctx.budget_bytes != 0 && tuning.host_updates) {
     host_sets.push_back(host_all);

@@ -5,29 +5,6 @@
 
 namespace ferry::planner {
 
-std::vector<OpId> host_updatable_ops(const PlanContext& ctx, const PlanFacts& f) {
-  std::vector<OpId> out;
-  // An executor that acts through a framework's hooks (the PyTorch adapter) runs no updates itself.
-  if (ctx.recompute_only || ctx.restricts_executor() || ctx.cost.profile().host_optimizer_bytes_per_s <= 0) return out;
-  const Graph& g = f.g();
-  std::vector<int> readers(g.tensors.size(), 0), writers(g.tensors.size(), 0);
-  for (const Op& op : g.ops) {
-    for (TensorId t : op.inputs) ++readers[static_cast<size_t>(t)];
-    for (TensorId t : op.outputs) ++writers[static_cast<size_t>(t)];
-  }
-  for (const Op& op : g.ops) {
-    if ((op.type != OpType::kSgdUpdate && op.type != OpType::kAdamUpdate) || op.inputs.size() < 2) continue;
-    const TensorId grad = op.inputs[1];
-    if (g.tensor(grad).persistent() || f.producer[static_cast<size_t>(grad)] == kNoOp ||
-        readers[static_cast<size_t>(grad)] != 1)
-      continue;
-    bool ok = true;
-    for (TensorId t : op.outputs) ok = ok && g.tensor(t).persistent() && writers[static_cast<size_t>(t)] == 1;
-    if (ok) out.push_back(op.id);
-  }
-  return out;
-}
-
 std::vector<OpId> host_ops_in_shadow(const PlanContext& ctx, const PlanFacts& f, const std::vector<OpId>& ops) {
   const Graph& g = f.g();
   std::vector<bool> host(g.ops.size(), false);

@@ -15,11 +15,7 @@
 
 namespace ferry::planner {
 
-// Update ops a plan may run on the host: sgd_update / adam_update whose gradient has a producer
-// and no other reader, and whose weight and state no other update writes. Empty when the profile
-// has no host optimizer rate, swaps are not allowed (`--tier none`) or the executor is a framework's
-// (PlanContext::restricts_executor).
-std::vector<OpId> host_updatable_ops(const PlanContext& ctx, const PlanFacts& f);
+// The update ops a plan may run on the host: PlanFacts::host_updatable.
 
 // The updates of `ops` that the host lane can finish behind the device's backward pass, in the
 // order their gradients are produced: each starts when its gradient has crossed the link (cost
