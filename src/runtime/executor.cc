@@ -590,7 +590,8 @@ Status Executor::run_instruction(size_t k, const Instruction& in, const RunConte
 //   engine starts it after the transfers of those slots (the gradient's swap-out), and orders later
 //   swap-ins and discards of them after it; the compute thread does not wait for it. Reading
 //   through buffers costs two host copies per operand on the host tier; it is what lets the same
-//   task run on SSD copies.
+//   task run on SSD copies. With the memory checks, the task hashes what it wrote and the next
+//   iteration's swap-ins of those tensors are checked against it.
 Status Executor::host_update(const Instruction& in, const RunContext& ctx) {
   const Op& op = graph_.ops[in.op];
   std::vector<TensorId> tensors;  // distinct operands, inputs first
@@ -609,7 +610,8 @@ Status Executor::host_update(const Instruction& in, const RunContext& ctx) {
     if (graph_.tensor(t).persistent()) writes.push_back({tr, t});
   }
   const int64_t step = ctx.optimizer_step;
-  auto task = [this, id = op.id, tensors, where, step]() -> Status {
+  const bool record = verifier_ != nullptr;
+  auto task = [this, id = op.id, tensors, where, step, record]() -> Status {
     const Op& u = graph_.ops[id];
     std::vector<std::vector<std::byte>> buffers(tensors.size());
     std::vector<std::span<std::byte>> spans;
@@ -627,13 +629,19 @@ Status Executor::host_update(const Instruction& in, const RunContext& ctx) {
       if (!graph_.tensor(tensors[i]).persistent()) continue;
       const std::optional<SwapSlot> slot = where[i]->find(tensors[i]);
       FERRY_RETURN_IF_ERROR(where[i]->write(*slot, std::span<const std::byte>(buffers[i])));
+      if (record) {  // the content the next swap-in must bring (memory checks), set at the boundary
+        Hash64 h;
+        h.update(buffers[i]);
+        std::lock_guard lock(host_records_mu_);
+        host_records_.emplace_back(tensors[i], h.digest());
+      }
     }
     return Status::Ok();
   };
   const TransferTicket ticket = engine_->run_on_host(std::move(task), reads, writes);
   if (!ticket) return engine_->status().ok() ? Status::Internal("host update refused") : engine_->status();
   ++host_updates_;
-  if (verifier_)  // the next iteration swaps the new values in: their hashes are unknown until then
+  if (verifier_)  // the new values' hashes come from the task, at the end of the iteration
     for (TensorId t : tensors)
       if (graph_.tensor(t).persistent()) verifier_->forget(t);
   return Status::Ok();
@@ -641,6 +649,11 @@ Status Executor::host_update(const Instruction& in, const RunContext& ctx) {
 
 Status Executor::end_iteration() {
   if (engine_) FERRY_RETURN_IF_ERROR(engine_->drain());
+  if (verifier_) {  // what the host updates wrote: the next swap-ins are checked against it
+    std::lock_guard lock(host_records_mu_);
+    for (const auto& [t, hash] : host_records_) verifier_->set_record(t, hash);
+    host_records_.clear();
+  }
   FERRY_RETURN_IF_ERROR(backend_.synchronize());
   if (engine_) {
     // One iteration's records, in iteration time: the engine keeps nothing beyond them.

@@ -40,6 +40,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -297,6 +298,10 @@ class Executor {
   double stall_seconds_ = 0;
   size_t recomputed_ops_ = 0;
   size_t host_updates_ = 0;
+  // Memory checks: (tensor, hash of the bytes a host update wrote to its copy), from the host
+  // thread; applied to the verifier at the end of the iteration.
+  std::mutex host_records_mu_;
+  std::vector<std::pair<TensorId, uint64_t>> host_records_;
   int64_t optimizer_step_ = 0;
   std::vector<double> op_times_us_;
 };
