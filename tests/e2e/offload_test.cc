@@ -235,7 +235,7 @@ TEST(HostUpdatesPlanned, KeepPlanRewrittenTrainsBitwise) {
     ASSERT_TRUE(facts.ok()) << facts.status().message();
     const std::vector<OpId> ops = facts->host_updatable;
     ASSERT_EQ(ops.size(), count_updates(g));
-    Result<Schedule> s = complete_schedule(*facts, planner::with_host_updates(ctx, *facts, empty_schedule(ctx, "t"), ops));
+    Result<Schedule> s = complete_schedule(*facts, planner::with_host_updates(*facts, empty_schedule(ctx, "t"), ops));
     ASSERT_TRUE(s.ok()) << s.status().message();
     Result<Outcome> reference = train(g, nullptr);
     ASSERT_TRUE(reference.ok()) << reference.status().message();

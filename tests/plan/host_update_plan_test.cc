@@ -47,7 +47,7 @@ TEST(HostUpdatePlans, RewriteKeepsOptimizerStateOffTheDevice) {
   size_t updates = 0;
   for (const Op& op : g.ops) updates += op.type == OpType::kAdamUpdate;
   EXPECT_EQ(ops.size(), updates);
-  Result<Schedule> s = complete_schedule(*f, planner::with_host_updates(ctx, *f, empty_schedule(ctx, "t"), ops));
+  Result<Schedule> s = complete_schedule(*f, planner::with_host_updates(*f, empty_schedule(ctx, "t"), ops));
   ASSERT_TRUE(s.ok()) << s.status().message();
   EXPECT_EQ(s->num_host_updates(), updates);
   Result<Program> p = lower_schedule(g, *s, f->program_options);
@@ -97,7 +97,7 @@ TEST(HostUpdatePlans, NeverSlowerThanDeviceUpdatesAndAboveTheBound) {
         ASSERT_TRUE(bound.ok()) << bound.status().message();
         // Every update on the host, the rest kept: where it fits, the bound is below it too.
         Result<Schedule> all_host = complete_schedule(
-            *f, planner::with_host_updates(ctx, *f, empty_schedule(ctx, "t"), f->host_updatable));
+            *f, planner::with_host_updates(*f, empty_schedule(ctx, "t"), f->host_updatable));
         ASSERT_TRUE(all_host.ok()) << all_host.status().message();
         if (measure_schedule(*f, *all_host)->device_bytes <= ctx.budget_bytes) {
           ++cells_with_host_updates;

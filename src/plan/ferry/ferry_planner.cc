@@ -168,7 +168,7 @@ class Planner {
     Schedule keep = empty_schedule(ctx_, "none");
     if (!host_ops_.empty()) {
       book_host_traffic();
-      keep = complete_schedule(f_, with_host_updates(ctx_, f_, keep, host_ops_, &host_at_)).value();
+      keep = complete_schedule(f_, with_host_updates(f_, keep, host_ops_, &host_at_)).value();
     }
     Program program = lower_schedule(g_, keep, f_.program_options).value();
     const std::vector<uint64_t> live = live_bytes_per_step(f_, program);
@@ -713,7 +713,7 @@ class Planner {
         releases[static_cast<size_t>(f_.forward_end(t.id))].push_back(release_action(t.id));
     for (size_t i = 0; i < n_; ++i)
       for (const Action& a : releases[i]) add_after(s, static_cast<OpId>(i), a);
-    if (!host_ops_.empty()) return with_host_updates(ctx_, f_, std::move(s), host_ops_, &host_at_);
+    if (!host_ops_.empty()) return with_host_updates(f_, std::move(s), host_ops_, &host_at_);
     return s;
   }
 

@@ -34,7 +34,7 @@ std::vector<OpId> host_ops_in_shadow(const PlanContext& ctx, const PlanFacts& f,
   return out;
 }
 
-Schedule with_host_updates(const PlanContext& ctx, const PlanFacts& f, Schedule s, const std::vector<OpId>& ops,
+Schedule with_host_updates(const PlanFacts& f, Schedule s, const std::vector<OpId>& ops,
                            const std::vector<OpId>* at_step) {
   const Graph& g = f.g();
   const OpId last = static_cast<OpId>(g.ops.size()) - 1;
@@ -65,32 +65,19 @@ Schedule with_host_updates(const PlanContext& ctx, const PlanFacts& f, Schedule 
   for (const Op& op : g.ops)
     for (TensorId t : op.inputs)
       if (first_read[static_cast<size_t>(t)] == kNoOp) first_read[static_cast<size_t>(t)] = op.id;
-  std::vector<std::pair<OpId, TensorId>> prefetch;  // (first read, weight), new to the tier
+  std::vector<std::pair<OpId, TensorId>> prefetch;  // (first read, weight) of weights new to the tier
   for (const Tensor& t : g.tensors) {
     if (!operand[static_cast<size_t>(t.id)] || offloaded[static_cast<size_t>(t.id)]) continue;
     s.offloaded.push_back({t.id, Tier::kHost});
     if (first_read[static_cast<size_t>(t.id)] != kNoOp && !chosen[static_cast<size_t>(first_read[static_cast<size_t>(t.id)])])
       prefetch.emplace_back(first_read[static_cast<size_t>(t.id)], t.id);
   }
-  // Prefetches in order of need, FIFO on the link: each is issued where the link (busy with the
-  // ones before it) finishes it by its first read, or at step 0.
-  std::sort(prefetch.begin(), prefetch.end());
-  std::vector<double> start(g.ops.size() + 1, 0);
-  for (size_t i = 0; i < g.ops.size(); ++i) start[i + 1] = start[i] + f.op_us[i];
-  double link_free = 0;
-  for (auto [read, t] : prefetch) {
-    if (at_step != nullptr && (*at_step)[static_cast<size_t>(t)] != kNoOp) {
-      add_before(s, std::min((*at_step)[static_cast<size_t>(t)], read), swap_in_action(t, Tier::kHost));
-      continue;
-    }
-    const double us = ctx.cost.transfer_us(Direction::kSwapIn, Tier::kHost, g.tensor(t).bytes);
-    const double issue_by = std::max(0.0, std::min(start[static_cast<size_t>(read)], 
-                                                   std::max(link_free, start[static_cast<size_t>(read)] - us) ));
-    OpId at = read;
-    while (at > 0 && start[static_cast<size_t>(at)] > issue_by) --at;
-    link_free = std::max(link_free, start[static_cast<size_t>(at)]) + us;
-    add_before(s, at, swap_in_action(t, Tier::kHost));
-  }
+  // A weight comes back where `at_step` says; otherwise complete_schedule fetches it before its
+  // first read.
+  if (at_step != nullptr)
+    for (auto [read, t] : prefetch)
+      if ((*at_step)[static_cast<size_t>(t)] != kNoOp)
+        add_before(s, std::min((*at_step)[static_cast<size_t>(t)], read), swap_in_action(t, Tier::kHost));
   for (OpId u : ops) {
     const Op& op = g.op(u);
     const TensorId grad = op.inputs[1];

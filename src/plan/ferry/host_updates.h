@@ -25,12 +25,12 @@ namespace ferry::planner {
 std::vector<OpId> host_ops_in_shadow(const PlanContext& ctx, const PlanFacts& f, const std::vector<OpId>& ops);
 
 // `s` with `ops` run on the host (as above). Actions `s` has on the gradients of `ops` are
-// dropped, and swap-outs of their persistent operands (the host writes their copies). An operand
-// `s` kept on the device gets a swap-in before its first read, early enough for the cost model's
-// copy time to pass under the ops before it.
-// `at`, when given, says per tensor where to issue a weight's swap-in and after which step to
-// release a gradient (the step its swap-out is expected to be done; kNoOp: as above).
-Schedule with_host_updates(const PlanContext& ctx, const PlanFacts& f, Schedule s, const std::vector<OpId>& ops,
+// dropped, and swap-outs of their persistent operands (the host writes their copies). `at`, when
+// given, says per tensor where to issue the swap-in of an operand `s` kept on the device and after
+// which step to release a gradient (the step its swap-out is expected to be done); otherwise (or
+// kNoOp) the weight is fetched right before its first read and the gradient released one step
+// after its producer. The planner passes its link bookings (ferry_planner.cc).
+Schedule with_host_updates(const PlanFacts& f, Schedule s, const std::vector<OpId>& ops,
                            const std::vector<OpId>* at = nullptr);
 
 }  // namespace ferry::planner
