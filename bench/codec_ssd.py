@@ -11,7 +11,12 @@ codec's median over `none`'s median in the same round) and their median, which i
 figure on a machine whose load changes between rounds, the
 bytes the SSD tier wrote and read per iteration (measured by the tier's own request counters) and
 their ratio to `none`, and whether every codec's losses are bitwise those of `none` (they must be:
-the codecs are lossless). Nothing here is a test: it asserts no time.
+the codecs are lossless). Each round also runs the model without a plan (no budget, nothing
+swapped): the `x unconstrained` column is each codec's paired ratio to that run (issue 14's target
+is stated against it). All processes share one fresh profile cache (a temporary XDG_CACHE_HOME):
+the first measures the machine, the others plan from its figures, as a user's second run would;
+`auto` codes from the codec figures its SSD tier measured (docs/codecs.md). Nothing here is a
+test: it asserts no time.
 """
 import argparse
 import json
@@ -22,8 +27,9 @@ import time
 
 
 def run(ferry, model, budget, codec, iters, ssd_dir):
-    cmd = [ferry, "train", *model.split(), "--policy", "ferry", "--tier", "ssd", "--budget", budget,
-           "--codec", codec, "--iters", str(iters), "--ssd-dir", ssd_dir, "--no-progress", "--json"]
+    plan = ["--policy", "ferry", "--tier", "ssd", "--budget", budget, "--codec", codec, "--ssd-dir", ssd_dir]
+    cmd = [ferry, "train", *model.split(), *(plan if codec != "unconstrained" else []),
+           "--iters", str(iters), "--no-progress", "--json"]
     t0 = time.time()
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
@@ -45,6 +51,9 @@ def main():
     ap.add_argument("--ssd-dir", default="/tmp")
     ap.add_argument("--quick", action="store_true", help="1 round of 3 iterations")
     a = ap.parse_args()
+    import os
+    import tempfile
+    os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="ferry-codec-bench-")
     if a.quick:
         a.rounds, a.iters = 1, 3
     codecs = a.codecs.split(",")
@@ -55,16 +64,19 @@ def main():
           f"OMP_WAIT_POLICY={__import__('os').environ.get('OMP_WAIT_POLICY', '')}; "
           f"load average at start {open('/proc/loadavg').read().split()[0]}\n")
     for budget in a.budgets.split(","):
-        times = {c: [] for c in codecs}
-        round_medians = {c: [] for c in codecs}
+        times = {c: [] for c in codecs + ["unconstrained"]}
+        round_medians = {c: [] for c in codecs + ["unconstrained"]}
         written, read, losses, swapped, choices = {}, {}, {}, {}, {}
         for r in range(a.rounds):
-            order = codecs[r % len(codecs):] + codecs[:r % len(codecs)]
+            everyone = codecs + ["unconstrained"]
+            order = everyone[r % len(everyone):] + everyone[:r % len(everyone)]
             for c in order:
                 j = run(a.ferry, a.model, budget, c, a.iters, a.ssd_dir)
                 it = [x["time_ms"] for x in j["iterations"][1:]]
                 times[c] += it
                 round_medians[c].append(statistics.median(it))
+                if c == "unconstrained":
+                    continue
                 written[c] = j["ssd_disk_bytes_written"] / a.iters
                 read[c] = j["ssd_disk_bytes_read"] / a.iters
                 swapped[c] = j["bytes_swapped_out"] / a.iters
@@ -77,22 +89,27 @@ def main():
                 budget_bytes = j["budget_bytes"]
         print(f"## budget {budget} ({budget_bytes / 2**20:.1f} MiB), tensors swapped out per iteration "
               f"{swapped['none'] / 2**20:.1f} MiB\n")
-        print("| codec | median iter ms | x none | paired x none per round | median paired | disk MiB written/iter | "
-              "x none | disk MiB read/iter | losses bitwise = none |")
-        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+        mu = statistics.median(times["unconstrained"])
+        print(f"Unconstrained (no plan, nothing swapped): median {mu:.0f} ms per iteration.\n")
+        print("| codec | median iter ms | x none | paired x none per round | median paired | x unconstrained (median "
+              "paired) | disk MiB written/iter | x none | disk MiB read/iter | losses bitwise = none |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
         m0 = statistics.median(times["none"])
         for c in codecs:
             m = statistics.median(times[c])
             ratios = [x / y for x, y in zip(round_medians[c], round_medians["none"])]
             paired = ", ".join(f"{x:.2f}" for x in ratios)
-            print(f"| {c} | {m:.0f} | {m / m0:.3f} | {paired} | {statistics.median(ratios):.3f} | {written[c] / 2**20:.1f} | "
+            vs_free = statistics.median([x / y for x, y in zip(round_medians[c], round_medians["unconstrained"])])
+            print(f"| {c} | {m:.0f} | {m / m0:.3f} | {paired} | {statistics.median(ratios):.3f} | {vs_free:.3f} | "
+                  f"{written[c] / 2**20:.1f} | "
                   f"{written[c] / written['none']:.3f} | {read[c] / 2**20:.1f} | "
                   f"{'yes' if losses[c] == losses['none'] else 'NO'} |")
         for c, ch in choices.items():
-            picks = ", ".join(f"{x['class']} -> {x['codec']} (ratio {x['measured_ratio']:.2f})" for x in ch)
-            rates = (f"{ch[-1]['measured_write_bytes_per_s'] / 1e9:.2f}/{ch[-1]['measured_read_bytes_per_s'] / 1e9:.2f} GB/s"
-                     if ch else "-")
-            print(f"\n`{c}` chose (last round; tier's raw write/read rate at the last decision {rates}, measured): {picks}")
+            if c != "auto":
+                continue
+            picks = ", ".join(f"{x['class']} -> {x['codec']} ({x['tensors']} tensors, {x['bytes'] / 2**20:.1f} MiB, "
+                              f"measured ratio {x['measured_ratio']:.2f})" for x in ch) or "nothing coded"
+            print(f"\n`auto`'s last plan (last round) coded: {picks}")
         print()
         sys.stdout.flush()
 

@@ -372,6 +372,7 @@ nlohmann::json decisions_json(const Graph& g, const std::vector<TensorDecision>&
                    {"swap_outs", d.swap_outs},
                    {"swap_ins", d.swap_ins},
                    {"recomputes", d.recomputes},
+                   {"ssd_codec", std::string(to_string(d.ssd_codec))},
                    {"link_ms", d.link_us / 1e3},
                    {"recompute_ms", d.recompute_us / 1e3},
                    {"alternative", d.alternative}});

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <cstdio>
+#include <map>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -153,15 +154,40 @@ void progress(int64_t done, int64_t total, double ms, float loss) {
   std::fflush(stderr);
 }
 
-// --codec: a lossless codec's name; InvalidArgument lists them otherwise.
-Result<CodecId> parse_lossless_codec(const std::string& name) {
-  if (name == "auto") return CodecId::kNone;  // the tier chooses (ExecutorOptions::ssd_codec_auto)
+// --codec: auto (nullopt: the planner chooses per tensor, PlanContext::ssd_codec) or a lossless
+// codec's name; InvalidArgument lists them otherwise.
+Result<std::optional<CodecId>> parse_lossless_codec(const std::string& name) {
+  if (name == "auto") return std::optional<CodecId>();
   std::optional<CodecId> c = codec_from_string(name);
-  if (c && !is_lossy(*c)) return *c;
+  if (c && !is_lossy(*c)) return c;
   std::string names;
   for (CodecId k : kLosslessCodecs) names += fmt::format("{}{}", names.empty() ? "" : ", ", to_string(k));
   return Status::InvalidArgument(
       fmt::format("--codec: unknown or lossy codec '{}' (use auto or a lossless codec: {})", name, names));
+}
+
+// Per class of tensor, the codec the plan gives its SSD copies: tensors and bytes coded, and the
+// measured ratio of that codec on the class (null without a figure).
+nlohmann::json codec_choices_json(const Graph& g, const Schedule& schedule, const std::vector<CodecFigure>& figures) {
+  const std::vector<std::string> classes = tensor_classes(g);
+  std::map<std::pair<std::string, CodecId>, std::pair<size_t, uint64_t>> by_class;
+  for (const TensorCodec& c : schedule.ssd_codecs) {
+    auto& [tensors, bytes] = by_class[{classes[static_cast<size_t>(c.tensor)], c.codec}];
+    ++tensors;
+    bytes += g.tensor(c.tensor).bytes;
+  }
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& [key, count] : by_class) {
+    nlohmann::json ratio;
+    for (const CodecFigure& f : figures)
+      if (f.tensor_class == key.first && f.codec == key.second) ratio = f.estimate.ratio;
+    out.push_back({{"class", key.first},
+                   {"codec", std::string(to_string(key.second))},
+                   {"tensors", count.first},
+                   {"bytes", count.second},
+                   {"measured_ratio", ratio}});
+  }
+  return out;
 }
 
 // Bad values, and options that would be silently ignored.
@@ -308,12 +334,14 @@ Result<ShapePlanning> plan_shape(const TrainCliOptions& o, const TrainSetup& s, 
   const bool recompute_only = o.tier == "none";
   const Tier tier = s.tier;
   const std::optional<BudgetSpec> host_budget = s.host_budget;
+  const std::optional<CodecId> ssd_codec = *parse_lossless_codec(o.codec);  // checked with the options
   std::shared_ptr<std::optional<TieredPlan>> latest = sp.tiered;
   sp.planner = [=](const Graph& timed, const CostModel& cost) -> Result<Schedule> {
     if (policy == "none") return Schedule::keep_all(timed.ops.size());
     PlanContext ctx{.graph = timed, .cost = cost, .budget_bytes = budget, .tier = tier, .op_scratch_bytes = scratch,
                     .options = options};
     ctx.recompute_only = recompute_only;
+    ctx.ssd_codec = ssd_codec;
     FERRY_ASSIGN_OR_RETURN(TieredPlan plan, plan_tiered(policy, ctx, host_budget));
     Schedule schedule = plan.report.schedule;
     *latest = std::move(plan);
@@ -354,8 +382,7 @@ Result<LoopOptions> loop_options(const TrainCliOptions& o, const TrainSetup& s, 
   // The host tier is made at what the plan's placement needs, which plan_tiered() keeps within
   // --host-budget; its own accounting then measures the peak.
   lo.executor.checksum = o.checksum;
-  lo.executor.ssd_codec = *parse_lossless_codec(o.codec);  // checked with the options
-  lo.executor.ssd_codec_auto = o.tier == "ssd" && o.codec == "auto";
+  lo.executor.ssd_measure_codecs = o.tier == "ssd" && o.codec == "auto";
   lo.executor.verify_memory = o.verify_memory;
   lo.executor.ssd_lossy_activations = o.lossy == "bf16";
   lo.figures = sp.figures;
@@ -571,23 +598,27 @@ nlohmann::json train_report_json(const TrainCliOptions& o, const TrainSetup& s, 
   j["persistent_bytes"] = e.persistent_region_bytes();
   j["policy"] = o.policy;
   j["tier"] = o.tier;
-  // Measured by the SSD tier of the last plan's executor: the bytes that really crossed the disk
-  // (0 without an SSD tier).
+  // Measured by the SSD tiers' own counters, summed over every plan's executor: the bytes that
+  // really crossed the disk (0 without an SSD tier).
   j["codec"] = o.tier == "ssd" ? o.codec : "none";  // only the SSD tier codes
   j["lossy"] = o.lossy.empty() ? nlohmann::json() : nlohmann::json(o.lossy);
   j["host_updates"] = e.last_host_updates();  // optimizer updates the last iteration ran on the host
-  j["ssd_disk_bytes_written"] = e.ssd_io_stats().disk_bytes_written;
-  j["ssd_disk_bytes_read"] = e.ssd_io_stats().disk_bytes_read;
-  if (o.tier == "ssd" && o.codec == "auto") {
-    j["codec_choices"] = nlohmann::json::array();
-    for (const SsdCodecChoice& c : e.ssd_codec_choices())
-      j["codec_choices"].push_back({{"class", c.tensor_class},
-                                    {"codec", std::string(to_string(c.codec))},
-                                    {"measured_ratio", c.ratio},
-                                    {"measured_write_bytes_per_s", c.write_bytes_per_s},
-                                    {"measured_read_bytes_per_s", c.read_bytes_per_s},
-                                    {"predicted_ms", c.predicted_seconds * 1e3},
-                                    {"predicted_none_ms", c.predicted_none_seconds * 1e3}});
+  j["ssd_disk_bytes_written"] = buckets.ssd_io_stats().disk_bytes_written;  // over the run, every executor
+  j["ssd_disk_bytes_read"] = buckets.ssd_io_stats().disk_bytes_read;
+  if (o.tier == "ssd") {
+    // The last plan's codecs per class of tensor, and the figures they were chosen by (measured
+    // by the SSD tier on each class's first chunk; empty before the first measurement).
+    const std::optional<MeasuredFigures>& figures = loop.measured();
+    j["codec_choices"] = codec_choices_json(e.graph(), loop.schedule(), figures ? figures->codecs
+                                                                                : std::vector<CodecFigure>{});
+    j["codec_figures"] = nlohmann::json::array();
+    if (figures)
+      for (const CodecFigure& c : figures->codecs)
+        j["codec_figures"].push_back({{"class", c.tensor_class},
+                                      {"codec", std::string(to_string(c.codec))},
+                                      {"ratio", c.estimate.ratio},
+                                      {"encode_bytes_per_s", c.estimate.encode_bytes_per_s},
+                                      {"decode_bytes_per_s", c.estimate.decode_bytes_per_s}});
   }
   j["bytes_swapped_out"] = buckets.bytes_moved(Direction::kSwapOut);
   j["bytes_swapped_in"] = buckets.bytes_moved(Direction::kSwapIn);
@@ -643,9 +674,10 @@ void print_train_summary(const TrainCliOptions& o, const TrainSetup& s, ShapeBuc
     std::printf(", SSD tier peak %s", format_bytes(ssd).c_str());
   std::printf("\n");
   if (e.ssd_tier_stats().capacity_bytes > 0)
-    std::printf("  SSD traffic     measured: %s written, %s read (codec %s; tensors %s out, %s in)\n",
-                format_bytes(e.ssd_io_stats().disk_bytes_written).c_str(),
-                format_bytes(e.ssd_io_stats().disk_bytes_read).c_str(),
+    std::printf("  SSD traffic     measured: %s written, %s read over the run (codec %s; the last plan's tier: "
+                "tensors %s out, %s in)\n",
+                format_bytes(buckets.ssd_io_stats().disk_bytes_written).c_str(),
+                format_bytes(buckets.ssd_io_stats().disk_bytes_read).c_str(),
                 (o.codec + (o.lossy.empty() ? "" : ", activations lossy " + o.lossy)).c_str(),
                 format_bytes(e.ssd_tier_stats().bytes_written).c_str(), format_bytes(e.ssd_tier_stats().bytes_read).c_str());
   if (const std::string summary = plan_summary(o, sp); !summary.empty())
@@ -773,7 +805,8 @@ void register_train(CLI::App& app, std::function<int()>& action) {
   cmd->add_option("--ssd-dir", o->ssd_dir, "Directory for the SSD tier's temporary files")->capture_default_str();
   cmd->add_option("--codec", o->codec,
                   "How the SSD tier codes swapped bytes on disk, losslessly: none, zero-mask, lz4, zstd, "
-                  "zero-mask+lz4, or auto (measured and chosen per class of tensor; docs/codecs.md)")
+                  "zero-mask+lz4 (every SSD copy), or auto (the tier measures each codec per class of tensor; the "
+                  "plan made from those figures codes each tensor a codec predicts faster; docs/codecs.md)")
       ->capture_default_str();
   cmd->add_option("--lossy", o->lossy,
                   "Lossy stashing on the SSD tier, Gist-style: bf16 stores swapped forward activations rounded to "

@@ -50,6 +50,14 @@ std::vector<std::string> CodecStats::classes() const {
   return names;
 }
 
+std::vector<CodecFigure> CodecStats::figures() const {
+  std::vector<CodecFigure> out;
+  for (const auto& [name, per_codec] : sums_)
+    for (const auto& [codec, sums] : per_codec)
+      if (std::optional<CodecEstimate> e = estimate(name, codec)) out.push_back({name, codec, *e});
+  return out;
+}
+
 Result<CodecSample> measure_codec(CodecContext& ctx, CodecId codec, std::span<const std::byte> bytes,
                                   uint32_t chunk_bytes) {
   using Clock = std::chrono::steady_clock;

@@ -41,6 +41,16 @@ struct CodecEstimate {
   double encode_bytes_per_s = 0;   // input bytes encoded per second (infinite when too fast to time)
   double decode_bytes_per_s = 0;   // input bytes restored per second
   uint64_t samples = 0;
+  bool operator==(const CodecEstimate&) const = default;
+};
+
+// A measured estimate of one codec on one class of tensors: what the cost model predicts coded
+// transfers with (CostOptions::codecs) and what the profile cache keeps.
+struct CodecFigure {
+  std::string tensor_class;
+  CodecId codec = CodecId::kNone;
+  CodecEstimate estimate;
+  bool operator==(const CodecFigure&) const = default;
 };
 
 class CodecStats {
@@ -57,6 +67,8 @@ class CodecStats {
   std::vector<CodecId> unmeasured(std::string_view tensor_class, std::span<const CodecId> candidates) const;
   // The classes with at least one sample, sorted.
   std::vector<std::string> classes() const;
+  // Every estimate, sorted by class, then codec.
+  std::vector<CodecFigure> figures() const;
 
  private:
   struct Sums {

@@ -1,5 +1,7 @@
 #include "cost/cost_model.h"
 
+#include "codec/choice.h"
+
 #include <algorithm>
 
 namespace ferry {
@@ -130,9 +132,46 @@ std::vector<double> CostModel::op_times_us(const Graph& g) const {
 }
 
 double CostModel::transfer_us(Direction d, Tier tier, uint64_t bytes) const {
+  return transfer_us(d, tier, bytes, CodecId::kNone, {});
+}
+
+double CostModel::transfer_us(Direction d, Tier tier, uint64_t bytes, CodecId codec,
+                              std::string_view tensor_class) const {
   const double host_leg = link(d == Direction::kSwapOut ? Link::kDeviceToHost : Link::kHostToDevice).time_us(bytes);
   if (tier == Tier::kHost) return host_leg;
-  return host_leg + link(d == Direction::kSwapOut ? Link::kSsdWrite : Link::kSsdRead).time_us(bytes);
+  const LinkCost ssd = link(d == Direction::kSwapOut ? Link::kSsdWrite : Link::kSsdRead);
+  return host_leg + ssd.latency_us + ssd_data_us(d, bytes, codec, tensor_class);
+}
+
+std::optional<CodecEstimate> CostModel::codec_estimate(std::string_view tensor_class, CodecId codec) const {
+  if (codec == CodecId::kNone) return std::nullopt;
+  for (const CodecFigure& f : options_.codecs)
+    if (f.codec == codec && f.tensor_class == tensor_class) return f.estimate;
+  return std::nullopt;
+}
+
+double CostModel::ssd_data_us(Direction d, uint64_t bytes, CodecId codec, std::string_view tensor_class) const {
+  const LinkCost ssd = link(d == Direction::kSwapOut ? Link::kSsdWrite : Link::kSsdRead);
+  const std::optional<CodecEstimate> e = codec_estimate(tensor_class, codec);
+  if (!e) return ssd.data_us(bytes);
+  const TransferPrediction p = predict_transfer(d, bytes, codec, *e, ssd.bytes_per_us * 1e6);
+  return p.total_seconds * 1e6;
+}
+
+CodecId CostModel::best_ssd_codec(uint64_t bytes, std::string_view tensor_class) const {
+  std::vector<CodecCandidate> candidates;
+  for (const CodecFigure& f : options_.codecs)
+    if (f.tensor_class == tensor_class && !is_lossy(f.codec)) candidates.push_back({f.codec, f.estimate});
+  if (candidates.empty() || bytes == 0) return CodecId::kNone;
+  const WireRates wire{.swap_out_bytes_per_s = link(Link::kSsdWrite).bytes_per_us * 1e6,
+                       .swap_in_bytes_per_s = link(Link::kSsdRead).bytes_per_us * 1e6};
+  return choose_codec(bytes, candidates, wire).codec;
+}
+
+double CostModel::min_codec_ratio() const {
+  double r = 1;
+  for (const CodecFigure& f : options_.codecs) r = std::min(r, f.estimate.ratio);
+  return r;
 }
 
 }  // namespace ferry

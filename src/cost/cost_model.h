@@ -18,6 +18,14 @@
 //   SSD through host memory, so device->SSD is device->host then host->SSD, store and forward
 //   (transfer_us sums the legs; the simulator schedules the legs on their own queues).
 //
+// Codecs (SSD tier)
+// - With measured codec figures (CostOptions::codecs: ratio and encode/decode rates per class of
+//   tensor, codec/stats.h), the SSD leg of a tensor coded with a codec is predicted as the
+//   chunk-by-chunk pipeline of the codec and the disk moving ratio x bytes (Note [Pipelined codec
+//   time] in codec/choice.h); the device<->host leg moves the raw bytes. best_ssd_codec() picks a
+//   tensor's codec as the SSD tier would be told to: the shortest predicted round trip, by more
+//   than 5%, else raw. A codec without a figure for the tensor's class is predicted as raw.
+//
 // The model is immutable after construction and cheap to copy; all queries are const and O(1)
 // (op_cost is O(op inputs + outputs) for the dtype lookup).
 #pragma once
@@ -28,6 +36,8 @@
 #include <string_view>
 #include <vector>
 
+#include "codec/codec.h"
+#include "codec/stats.h"
 #include "common/transfer.h"
 #include "cost/profile.h"
 #include "graph/graph.h"
@@ -55,6 +65,9 @@ struct LinkCost {
 struct CostOptions {
   bool use_measured_times = true;  // use Op::time_us when present
   bool allow_tf32 = false;         // fp32 conv/matmul run on TF32 tensor cores (PyTorch allow_tf32)
+  // Measured codec figures per class of tensor (graph.h tensor_classes; loop/figures.h measures
+  // them): coded SSD transfers are predicted with them. Empty: codecs are predicted as raw.
+  std::vector<CodecFigure> codecs{};
 };
 
 // The modelled time of one op and where it came from.
@@ -94,6 +107,21 @@ class CostModel {
   // Time of one swap of `bytes` between the device and `tier`: latency + bytes / bandwidth summed
   // over the path's legs (the SSD is reached through host memory, store and forward).
   double transfer_us(Direction d, Tier tier, uint64_t bytes) const;
+  // The same for a tensor of class `tensor_class` whose SSD copy is coded with `codec`.
+  double transfer_us(Direction d, Tier tier, uint64_t bytes, CodecId codec, std::string_view tensor_class) const;
+  // The data phase of the SSD leg (no latency) of `bytes` coded with `codec`: the pipelined time of
+  // the codec and the disk (the disk's bytes / bandwidth for kNone or a codec without a figure).
+  double ssd_data_us(Direction d, uint64_t bytes, CodecId codec, std::string_view tensor_class) const;
+  // The figure of `codec` on `tensor_class`, or nullopt (always for kNone).
+  std::optional<CodecEstimate> codec_estimate(std::string_view tensor_class, CodecId codec) const;
+  bool has_codec_figures() const { return !options_.codecs.empty(); }
+  // The lossless codec predicted fastest for the SSD round trip of a tensor of `bytes` of
+  // `tensor_class` (choose_codec over the class's figures and the SSD links' rates; a codec must
+  // beat raw by more than 5%): kNone without figures.
+  CodecId best_ssd_codec(uint64_t bytes, std::string_view tensor_class) const;
+  // The smallest ratio over every codec figure, 1 without any: no coded SSD transfer moves fewer
+  // disk bytes than this fraction of its tensor (what a lower bound may assume).
+  double min_codec_ratio() const;
   // Time of update op `op` (sgd_update, adam_update) of `g` run on the host CPU (a kHostUpdate):
   // its operands' bytes, each input read and each output written once, at the profile's
   // host.optimizer_bytes_per_s. nullopt when the profile has no host rate.

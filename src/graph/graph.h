@@ -244,6 +244,11 @@ struct Graph {
   uint64_t total_flops() const;        // sum of flops over all ops
 };
 
+// Per tensor, its class for codec figures: "<producing op type>/<role>" ("relu/activation"),
+// "input/<role>" for tensors no op produces. Tensors of one class compress alike (a ReLU output
+// is half zeros, a convolution's is dense), so codecs are measured and chosen per class.
+std::vector<std::string> tensor_classes(const Graph& g);
+
 // Names for enums, used by the CLI, the trace format and messages.
 std::string_view to_string(OpType t);
 std::string_view to_string(TensorRole r);

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <unordered_set>
 
 #include <fmt/format.h>
 
@@ -49,14 +50,31 @@ std::optional<LinkFit> fit(const std::vector<Sample>& samples) {
   return f;
 }
 
+// Codec rates too fast to time are infinite; figures keep them finite (JSON, validation).
+constexpr double kMaxCodecRate = 1e15;
+
+bool codec_order(const CodecFigure& a, const CodecFigure& b) {
+  return a.tensor_class != b.tensor_class ? a.tensor_class < b.tensor_class : a.codec < b.codec;
+}
+
 double link_us(const LinkFit& f, uint64_t bytes) { return f.latency_us + static_cast<double>(bytes) / f.bytes_per_s * 1e6; }
 
 }  // namespace
 
 MeasuredFigures fit_figures(const std::vector<double>& op_us, const std::vector<TransferRecord>& transfers,
-                            const CostModel& base) {
+                            const CostModel& base, const std::vector<CodecFigure>& codecs,
+                            const std::vector<TensorCodec>& coded) {
   MeasuredFigures f;
   f.op_us = op_us;
+  f.codecs = codecs;
+  for (CodecFigure& c : f.codecs) {
+    c.estimate.encode_bytes_per_s = std::min(c.estimate.encode_bytes_per_s, kMaxCodecRate);
+    c.estimate.decode_bytes_per_s = std::min(c.estimate.decode_bytes_per_s, kMaxCodecRate);
+    c.estimate.ratio = std::clamp(c.estimate.ratio, 1e-6, 4.0);  // a frame's headers make tiny samples grow
+  }
+  std::sort(f.codecs.begin(), f.codecs.end(), codec_order);
+  std::unordered_set<TensorId> is_coded;
+  for (const TensorCodec& c : coded) is_coded.insert(c.tensor);
   std::vector<Sample> host[2];  // [swap-out, swap-in]
   for (const TransferRecord& r : transfers)
     if (r.ok && r.tier == "host") host[r.direction == Direction::kSwapOut ? 0 : 1].push_back({r.bytes, r.end_us - r.start_us});
@@ -64,7 +82,7 @@ MeasuredFigures fit_figures(const std::vector<double>& op_us, const std::vector<
   f.links[static_cast<size_t>(Link::kHostToDevice)] = fit(host[1]);
   std::vector<Sample> ssd[2];
   for (const TransferRecord& r : transfers) {
-    if (!r.ok || r.tier != "ssd") continue;
+    if (!r.ok || r.tier != "ssd" || is_coded.contains(r.tensor)) continue;
     const bool out = r.direction == Direction::kSwapOut;
     const Link leg = out ? Link::kDeviceToHost : Link::kHostToDevice;
     const std::optional<LinkFit>& measured = f.links[static_cast<size_t>(leg)];
@@ -83,6 +101,12 @@ MeasuredFigures merge_figures(const MeasuredFigures& older, const MeasuredFigure
       if (older.op_us[i] > 0) m.op_us[i] = m.op_us[i] > 0 ? std::min(m.op_us[i], older.op_us[i]) : older.op_us[i];
   for (size_t l = 0; l < kNumLinks; ++l)
     if (!m.links[l]) m.links[l] = older.links[l];
+  for (const CodecFigure& c : older.codecs)
+    if (std::none_of(m.codecs.begin(), m.codecs.end(), [&](const CodecFigure& n) {
+          return n.tensor_class == c.tensor_class && n.codec == c.codec;
+        }))
+      m.codecs.push_back(c);
+  std::sort(m.codecs.begin(), m.codecs.end(), codec_order);
   return m;
 }
 
@@ -109,6 +133,12 @@ HardwareProfile apply_links(const MeasuredFigures& f, HardwareProfile p) {
     p.storage.read_latency_us = l->latency_us;
   }
   return p;
+}
+
+CostOptions cost_options(const MeasuredFigures& f) {
+  CostOptions o;
+  o.codecs = f.codecs;
+  return o;
 }
 
 FiguresChange compare_figures(const MeasuredFigures& a, const MeasuredFigures& b) {

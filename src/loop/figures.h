@@ -15,8 +15,13 @@
 // - A fit is time = latency + bytes / bandwidth by least squares when the sizes vary, else the
 //   bandwidth of the summed bytes over the summed time with no latency; figures are clamped to
 //   what validate_profile accepts, so a plan made from them is always finite.
+//   Transfers of tensors whose SSD copies were coded (the plan's Schedule::ssd_codecs) do not fit
+//   the disk's link: their time is the codec's pipeline, not the disk's.
+// - Codec figures are what the SSD tier measured of each lossless codec on each class of tensor
+//   (ExecutorOptions::ssd_measure_codecs): the cost model predicts coded transfers with them and
+//   the planners choose codecs by them (CostOptions::codecs).
 // - Merging keeps, per op, the smaller time (the first iteration pays one-time costs: page
-//   faults, cold caches) and, per link, the newer fit.
+//   faults, cold caches), per link the newer fit, and per (class, codec) the newer figure.
 #pragma once
 
 #include <array>
@@ -30,6 +35,7 @@
 #include "cost/profile.h"
 #include "graph/graph.h"
 #include "runtime/transfer_engine.h"
+#include "schedule/schedule.h"
 
 namespace ferry {
 
@@ -44,14 +50,18 @@ struct LinkFit {
 struct MeasuredFigures {
   std::vector<double> op_us;                              // per op, measured wall time
   std::array<std::optional<LinkFit>, kNumLinks> links{};  // per cost-model Link; nullopt: not measured
+  std::vector<CodecFigure> codecs;                        // per class and codec, sorted; rates finite
   bool operator==(const MeasuredFigures&) const = default;
 };
 
 // Fits an iteration's op times (per op, as Executor::op_times_us) and transfer records (as
 // Executor::last_transfers) into figures; `base` gives the host leg of SSD transfers when the
-// iteration moved nothing through the host tier.
+// iteration moved nothing through the host tier. `codecs`: the SSD tier's codec figures
+// (Executor::ssd_codec_figures; infinite rates are capped at 1e15 bytes/s); `coded`: the tensors
+// whose SSD copies the plan codes (their transfers fit no link).
 MeasuredFigures fit_figures(const std::vector<double>& op_us, const std::vector<TransferRecord>& transfers,
-                            const CostModel& base);
+                            const CostModel& base, const std::vector<CodecFigure>& codecs = {},
+                            const std::vector<TensorCodec>& coded = {});
 
 // `newer` merged into `older` (Design).
 MeasuredFigures merge_figures(const MeasuredFigures& older, const MeasuredFigures& newer);
@@ -60,6 +70,8 @@ MeasuredFigures merge_figures(const MeasuredFigures& older, const MeasuredFigure
 void apply_op_times(const MeasuredFigures& f, Graph& g);
 // `p` with the measured links in place of its own (efficiency 1, the measured rate as nominal).
 HardwareProfile apply_links(const MeasuredFigures& f, HardwareProfile p);
+// The cost options that predict with `f`'s codec figures.
+CostOptions cost_options(const MeasuredFigures& f);
 
 // How far apart two sets of figures are, as the largest relative change (|b/a - 1|) of the
 // iteration's summed op time and of each link's time for a 1 MiB transfer, over the links both

@@ -103,6 +103,15 @@ std::string to_figures_json(const ProfileKey& key, const MeasuredFigures& f) {
   for (size_t l = 0; l < kNumLinks; ++l)
     if (f.links[l]) links[std::string(to_string(static_cast<Link>(l)))] = link_json(*f.links[l]);
   j["links"] = links;
+  Json codecs = Json::array();
+  for (const CodecFigure& c : f.codecs)
+    codecs.push_back({{"class", c.tensor_class},
+                      {"codec", std::string(to_string(c.codec))},
+                      {"ratio", c.estimate.ratio},
+                      {"encode_bytes_per_s", c.estimate.encode_bytes_per_s},
+                      {"decode_bytes_per_s", c.estimate.decode_bytes_per_s},
+                      {"samples", c.estimate.samples}});
+  j["codecs"] = codecs;
   return j.dump(1) + "\n";
 }
 
@@ -165,6 +174,30 @@ Result<CachedFigures> parse_figures_json(std::string_view text_in, std::string_v
     f.samples = static_cast<size_t>(*samples);
     f.bytes = static_cast<uint64_t>(*bytes);
     c.figures.links[*which] = f;
+  }
+  if (!j.contains("codecs") || !j["codecs"].is_array()) return bad("codecs: missing or not an array");
+  for (size_t i = 0; i < j["codecs"].size(); ++i) {
+    const Json& e = j["codecs"][i];
+    const std::string where = fmt::format("codecs[{}]", i);
+    if (!e.is_object()) return bad(where + ": not an object");
+    CodecFigure f;
+    Result<std::string> cls = text(e, "class");
+    Result<std::string> codec = text(e, "codec");
+    if (!cls.ok()) return bad(where + ": " + cls.status().message());
+    if (!codec.ok()) return bad(where + ": " + codec.status().message());
+    std::optional<CodecId> id = codec_from_string(*codec);
+    if (!id || *id == CodecId::kNone || is_lossy(*id))
+      return bad(fmt::format("{}.codec: '{}' is not a lossless codec other than none", where, *codec));
+    Result<double> ratio = number(e, "ratio", 1e-6, 4, where);
+    Result<double> enc = number(e, "encode_bytes_per_s", 1, 1e21, where);
+    Result<double> dec = number(e, "decode_bytes_per_s", 1, 1e21, where);
+    Result<double> samples = number(e, "samples", 0, 1e15, where);
+    for (const Result<double>* r : {&ratio, &enc, &dec, &samples})
+      if (!r->ok()) return bad(r->status().message());
+    f.tensor_class = *cls;
+    f.codec = *id;
+    f.estimate = CodecEstimate{*ratio, *enc, *dec, static_cast<uint64_t>(*samples)};
+    c.figures.codecs.push_back(std::move(f));
   }
   return c;
 }

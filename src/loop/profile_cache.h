@@ -25,7 +25,8 @@
 
 namespace ferry {
 
-inline constexpr int kProfileCacheFormatVersion = 1;
+// 2: codec figures ("codecs") added.
+inline constexpr int kProfileCacheFormatVersion = 2;
 
 struct ProfileKey {
   int format_version = kProfileCacheFormatVersion;

@@ -121,6 +121,15 @@ uint64_t ShapeBuckets::tier_peak_bytes(Tier t) const {
   return m;
 }
 
+SsdIoStats ShapeBuckets::ssd_io_stats() const {
+  SsdIoStats s;
+  for (const auto& [v, b] : buckets_) {
+    s.disk_bytes_written += b->loop->ssd_io_stats().disk_bytes_written;
+    s.disk_bytes_read += b->loop->ssd_io_stats().disk_bytes_read;
+  }
+  return s;
+}
+
 uint64_t ShapeBuckets::bytes_moved(Direction d) const {
   uint64_t n = 0;
   for (const auto& [v, b] : buckets_) n += b->loop->bytes_moved(d);

@@ -93,6 +93,7 @@ class ShapeBuckets {
   Result<uint64_t> measured_extent_bytes() const;
   uint64_t tier_peak_bytes(Tier t) const;
   uint64_t bytes_moved(Direction d) const;
+  SsdIoStats ssd_io_stats() const;
   // Planning and prediction time of every plan of every bucket (measured).
   double planning_seconds() const;
 

@@ -13,7 +13,7 @@ namespace ferry {
 namespace {
 
 bool same_schedule(const Schedule& a, const Schedule& b) {
-  return a.before == b.before && a.after == b.after && a.offloaded == b.offloaded;
+  return a.before == b.before && a.after == b.after && a.offloaded == b.offloaded && a.ssd_codecs == b.ssd_codecs;
 }
 
 }  // namespace
@@ -66,7 +66,7 @@ Status TrainingLoop::make_plan(const std::optional<MeasuredFigures>& figures, co
     profile = apply_links(*figures, std::move(profile));
     FERRY_RETURN_IF_ERROR(validate_profile(profile));
   }
-  const CostModel cost(profile);
+  const CostModel cost(profile, figures ? cost_options(*figures) : CostOptions{});
   FERRY_ASSIGN_OR_RETURN(Schedule schedule, plan_(timed, cost));
   SimOptions so;
   so.budget_bytes = options_.executor.budget_bytes;
@@ -120,6 +120,8 @@ Result<TrainingState> TrainingLoop::retire_executor() {
   retired_extent_bytes_ = std::max(retired_extent_bytes_, extent);
   retired_tier_peak_[0] = std::max(retired_tier_peak_[0], executor_->host_tier_stats().peak_in_use_bytes);
   retired_tier_peak_[1] = std::max(retired_tier_peak_[1], executor_->ssd_tier_stats().peak_in_use_bytes);
+  retired_ssd_io_.disk_bytes_written += executor_->ssd_io_stats().disk_bytes_written;
+  retired_ssd_io_.disk_bytes_read += executor_->ssd_io_stats().disk_bytes_read;
   // The compiled kernels do not depend on the plan: the next executor reuses them.
   compiled_ = executor_->take_compiled();
   executor_.reset();
@@ -150,7 +152,8 @@ Result<LoopIteration> TrainingLoop::run_iteration(int64_t iteration, DataSource&
 
 Status TrainingLoop::observe(int64_t iteration, double time_ms) {
   const CostModel base(plan_figures_ ? apply_links(*plan_figures_, options_.profile) : options_.profile);
-  const MeasuredFigures fig = fit_figures(executor_->op_times_us(), executor_->last_transfers(), base);
+  const MeasuredFigures fig = fit_figures(executor_->op_times_us(), executor_->last_transfers(), base,
+                                          executor_->ssd_codec_figures(), schedule_.ssd_codecs);
   const std::optional<MeasuredFigures> previous = std::exchange(previous_, fig);
 
   // Online measurement: plan from what the first iterations measured.
@@ -165,6 +168,15 @@ Status TrainingLoop::observe(int64_t iteration, double time_ms) {
                                                 iteration));
   }
   measured_ = previous ? merge_figures(*previous, fig) : fig;
+  if (options_.measure_online && plan_figures_ && plan_figures_->codecs.empty() && !fig.codecs.empty()) {
+    // The known figures (a cache written by a run that measured no codecs) lack what this run's
+    // SSD tier measured of the codecs: plan once more with them.
+    MeasuredFigures with = *plan_figures_;
+    with.codecs = fig.codecs;
+    if (options_.on_figures) options_.on_figures(with);
+    return replan(iteration + 1, with, "measured",
+                  fmt::format("codec figures measured on this machine in iteration {}", iteration));
+  }
   if (options_.replan_every > 0 && (iteration + 1) % options_.replan_every == 0)
     return replan(iteration + 1, *measured_, "measured",
                   fmt::format("periodic re-plan after iteration {} (every {})", iteration, options_.replan_every));
@@ -207,7 +219,7 @@ Result<double> TrainingLoop::predict_ms(const Schedule& schedule, const Measured
   so.op_scratch_bytes = options_.op_scratch_bytes;
   so.timing_only = true;
   so.record_timeline = false;
-  FERRY_ASSIGN_OR_RETURN(SimResult r, simulate(timed, schedule, CostModel(profile), so));
+  FERRY_ASSIGN_OR_RETURN(SimResult r, simulate(timed, schedule, CostModel(profile, cost_options(figures)), so));
   return r.iteration_us / 1e3;
 }
 
@@ -239,6 +251,15 @@ Result<uint64_t> TrainingLoop::measured_extent_bytes() const {
   if (!executor_) return retired_extent_bytes_;
   FERRY_ASSIGN_OR_RETURN(uint64_t extent, executor_->measured_extent_bytes());
   return std::max(retired_extent_bytes_, extent);
+}
+
+SsdIoStats TrainingLoop::ssd_io_stats() const {
+  SsdIoStats s = retired_ssd_io_;
+  if (executor_) {
+    s.disk_bytes_written += executor_->ssd_io_stats().disk_bytes_written;
+    s.disk_bytes_read += executor_->ssd_io_stats().disk_bytes_read;
+  }
+  return s;
 }
 
 uint64_t TrainingLoop::tier_peak_bytes(Tier t) const {

@@ -160,6 +160,8 @@ class TrainingLoop {
   uint64_t measured_peak_bytes() const;
   Result<uint64_t> measured_extent_bytes() const;
   uint64_t tier_peak_bytes(Tier t) const;
+  // Bytes that crossed the disk so far, summed over every executor (the SSD tiers' own counters).
+  SsdIoStats ssd_io_stats() const;
   // Bytes the transfers of every iteration so far moved in `d` (completed transfers).
   uint64_t bytes_moved(Direction d) const { return bytes_moved_[d == Direction::kSwapOut ? 0 : 1]; }
 
@@ -198,6 +200,7 @@ class TrainingLoop {
   // Of executors already replaced.
   uint64_t bytes_moved_[2] = {0, 0};
   uint64_t retired_peak_bytes_ = 0, retired_extent_bytes_ = 0, retired_tier_peak_[2] = {0, 0};
+  SsdIoStats retired_ssd_io_;
 };
 
 }  // namespace ferry

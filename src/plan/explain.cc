@@ -16,6 +16,15 @@ std::vector<TensorDecision> explain_schedule(const Graph& g, const CostModel& co
   for (const Op& op : g.ops)
     for (TensorId t : op.outputs)
       if (producer[static_cast<size_t>(t)] == kNoOp) producer[static_cast<size_t>(t)] = op.id;
+  std::unordered_map<TensorId, CodecId> codec_of;
+  for (const TensorCodec& c : s.ssd_codecs) codec_of[c.tensor] = c.codec;
+  const std::vector<std::string> classes = codec_of.empty() ? std::vector<std::string>{} : tensor_classes(g);
+  // The cost model's time of one copy of t, its SSD codec included.
+  auto link_us = [&](Direction dir, Tier tier, TensorId t) {
+    const auto it = codec_of.find(t);
+    if (it == codec_of.end()) return cost.transfer_us(dir, tier, g.tensor(t).bytes);
+    return cost.transfer_us(dir, tier, g.tensor(t).bytes, it->second, classes[static_cast<size_t>(t)]);
+  };
   std::unordered_map<TensorId, TensorDecision> by_tensor;
   std::unordered_map<TensorId, int32_t> away_since;  // released, not back yet
   std::unordered_map<TensorId, Tier> tier_of;
@@ -35,7 +44,7 @@ std::vector<TensorDecision> explain_schedule(const Graph& g, const CostModel& co
     switch (a.kind) {
       case ActionKind::kSwapOut:
         ++d.swap_outs;
-        d.link_us += cost.transfer_us(Direction::kSwapOut, a.tier, d.bytes);
+        d.link_us += link_us(Direction::kSwapOut, a.tier, a.tensor);
         tier_of[a.tensor] = a.tier;
         break;
       case ActionKind::kRelease: away_since[a.tensor] = before ? step : step + 1; break;
@@ -43,7 +52,7 @@ std::vector<TensorDecision> explain_schedule(const Graph& g, const CostModel& co
       case ActionKind::kRecompute: {
         if (a.kind == ActionKind::kSwapIn) {
           ++d.swap_ins;
-          d.link_us += cost.transfer_us(Direction::kSwapIn, a.tier, d.bytes);
+          d.link_us += link_us(Direction::kSwapIn, a.tier, a.tensor);
           tier_of[a.tensor] = a.tier;
         } else {
           ++d.recomputes;
@@ -71,8 +80,9 @@ std::vector<TensorDecision> explain_schedule(const Graph& g, const CostModel& co
   for (auto& [t, d] : by_tensor) {
     if (d.swap_outs == 0 && d.swap_ins == 0 && d.recomputes == 0 && d.move.empty()) continue;  // a bare release
     const Tier tier = tier_of.contains(t) ? tier_of[t] : Tier::kHost;
-    const double swap_us = cost.transfer_us(Direction::kSwapOut, tier, d.bytes) +
-                           cost.transfer_us(Direction::kSwapIn, tier, d.bytes);
+    const double swap_us = link_us(Direction::kSwapOut, tier, t) + link_us(Direction::kSwapIn, tier, t);
+    if (tier == Tier::kSsd)
+      if (auto it = codec_of.find(t); it != codec_of.end()) d.ssd_codec = it->second;
     const OpId p = producer[static_cast<size_t>(t)];
     const bool recomputable = !g.tensor(t).persistent() && p != kNoOp && g.op(p).phase == Phase::kForward;
     const std::string keep = fmt::format("keep: {} more device memory over {} steps", format_bytes(d.bytes), d.away_steps);

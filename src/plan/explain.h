@@ -19,6 +19,7 @@ struct TensorDecision {
   uint64_t bytes = 0;      // device bytes freed while it is away
   int32_t away_steps = 0;  // steps of the iteration during which it is not on the device
   int swap_outs = 0, swap_ins = 0, recomputes = 0;
+  CodecId ssd_codec = CodecId::kNone;  // how its SSD copies are coded (Schedule::ssd_codecs)
   double link_us = 0;       // estimated link time of its copies (both directions, the cost model's transfer time)
   double recompute_us = 0;  // estimated time of the ops that recompute it
   double cost_us() const { return link_us + recompute_us; }

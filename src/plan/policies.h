@@ -29,6 +29,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -76,6 +77,11 @@ struct PlanContext {
   // When non-empty, indexed by OpId: the ops an executor can run again to recompute their outputs
   // (a framework's op that mutates state or draws random numbers cannot). Honoured by `ferry` only.
   std::vector<bool> replayable_ops{};
+  // How SSD copies are coded (Schedule::ssd_codecs): nullopt (`--codec auto`) gives each tensor the
+  // codec the cost model predicts fastest for its class and size (CostModel::best_ssd_codec: raw
+  // without measured codec figures); a value codes every SSD copy with it (kNone: all raw).
+  // Every policy's plan carries the choice, and the planners' transfer times include it.
+  std::optional<CodecId> ssd_codec{};
   // Whether any of the three executor restrictions above is set (only `ferry` plans for them).
   bool restricts_executor() const { return !framework_saved.empty() || !allow_recompute || !replayable_ops.empty(); }
 };

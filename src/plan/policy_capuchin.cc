@@ -201,8 +201,8 @@ class Capuchin {
   // other choice, else none). Returns the measure of the plan with the kept choice.
   Result<PlanMeasure> decide(TensorId t, const PlanMeasure& before) {
     const uint64_t bytes = g_.tensor(t).bytes;
-    const double out_us = ctx_.cost.transfer_us(Direction::kSwapOut, ctx_.tier, bytes);
-    const double in_us = ctx_.cost.transfer_us(Direction::kSwapIn, ctx_.tier, bytes);
+    const double out_us = f_.transfer_us(ctx_.cost, Direction::kSwapOut, ctx_.tier, t);
+    const double in_us = f_.transfer_us(ctx_.cost, Direction::kSwapIn, ctx_.tier, t);
     const OpId trigger = swap_in_trigger(t, in_us);
     const OpId producer = f_.producer[idx(t)];
     const double out_end = (producer == kNoOp ? 0 : start_us_[static_cast<size_t>(producer) + 1]) + out_us;

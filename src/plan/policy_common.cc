@@ -253,6 +253,40 @@ class Completion {
 
 }  // namespace
 
+double PlanFacts::transfer_us(const CostModel& cost, Direction d, Tier tier, TensorId t) const {
+  const size_t i = static_cast<size_t>(t);
+  const CodecId codec = i < ssd_codec.size() ? ssd_codec[i] : CodecId::kNone;
+  if (codec == CodecId::kNone || tier != Tier::kSsd) return cost.transfer_us(d, tier, g().tensor(t).bytes);
+  return cost.transfer_us(d, tier, g().tensor(t).bytes, codec, tensor_class[i]);
+}
+
+std::vector<CodecId> ssd_codec_choice(const PlanContext& ctx) {
+  const Graph& g = ctx.graph;
+  std::vector<CodecId> out(g.tensors.size(), CodecId::kNone);
+  if (ctx.recompute_only) return out;
+  if (ctx.ssd_codec) {
+    std::fill(out.begin(), out.end(), *ctx.ssd_codec);
+    return out;
+  }
+  if (!ctx.cost.has_codec_figures()) return out;
+  const std::vector<std::string> classes = tensor_classes(g);
+  for (const Tensor& t : g.tensors) out[static_cast<size_t>(t.id)] = ctx.cost.best_ssd_codec(t.bytes, classes[static_cast<size_t>(t.id)]);
+  return out;
+}
+
+void attach_ssd_codecs(const std::vector<CodecId>& codecs, Schedule& s) {
+  std::vector<bool> on_ssd(codecs.size(), false);
+  for (const auto* lists : {&s.before, &s.after})
+    for (const auto& v : *lists)
+      for (const Action& a : v)
+        if (a.kind == ActionKind::kSwapOut && a.tier == Tier::kSsd) on_ssd[static_cast<size_t>(a.tensor)] = true;
+  for (const Offload& o : s.offloaded)
+    if (o.tier == Tier::kSsd) on_ssd[static_cast<size_t>(o.tensor)] = true;
+  s.ssd_codecs.clear();
+  for (size_t t = 0; t < codecs.size(); ++t)
+    if (on_ssd[t] && codecs[t] != CodecId::kNone) s.ssd_codecs.push_back({static_cast<TensorId>(t), codecs[t]});
+}
+
 uint64_t PlanFacts::aligned_bytes(TensorId t) const { return align_up(g().tensor(t).bytes, alignment); }
 
 bool PlanFacts::saved(TensorId t) const {
@@ -354,6 +388,9 @@ Result<PlanFacts> make_plan_facts(const PlanContext& ctx) {
   FERRY_ASSIGN_OR_RETURN(PlanMeasure m, measure_schedule(f, keep));
   f.none_device_bytes = m.device_bytes;
   f.host_updatable = find_host_updatable(ctx, f);
+  f.ssd_codec = ssd_codec_choice(ctx);
+  if (std::any_of(f.ssd_codec.begin(), f.ssd_codec.end(), [](CodecId c) { return c != CodecId::kNone; }))
+    f.tensor_class = tensor_classes(g);
   return f;
 }
 
@@ -467,11 +504,28 @@ Result<SimResult> simulate_for_planning(const PlanContext& ctx, const PlanFacts&
   so.timing_only = true;  // memory is not its question
   Program unbudgeted = program;
   unbudgeted.budget_bytes = 0;
+  if (unbudgeted.ssd_codecs.empty() && !facts.tensor_class.empty()) {
+    // Predicted with the codecs its plan will carry (attach_ssd_codecs, on the program).
+    std::vector<bool> on_ssd(facts.ssd_codec.size(), false);
+    for (const Instruction& in : program.instructions)
+      if (in.kind == InstrKind::kSwapOut && in.tier == Tier::kSsd) on_ssd[static_cast<size_t>(in.tensor)] = true;
+    for (const Offload& o : program.offloaded)
+      if (o.tier == Tier::kSsd) on_ssd[static_cast<size_t>(o.tensor)] = true;
+    for (size_t t = 0; t < on_ssd.size(); ++t)
+      if (on_ssd[t] && facts.ssd_codec[t] != CodecId::kNone)
+        unbudgeted.ssd_codecs.push_back({static_cast<TensorId>(t), facts.ssd_codec[t]});
+  }
   return simulate_program(ctx.graph, unbudgeted, ctx.cost, so);
 }
 
 Result<SimResult> simulate_for_planning(const PlanContext& ctx, const PlanFacts& facts, const Schedule& schedule) {
-  FERRY_ASSIGN_OR_RETURN(Program program, lower_schedule(facts.g(), schedule, facts.program_options));
+  if (facts.tensor_class.empty() || !schedule.ssd_codecs.empty()) {
+    FERRY_ASSIGN_OR_RETURN(Program program, lower_schedule(facts.g(), schedule, facts.program_options));
+    return simulate_for_planning(ctx, facts, program);
+  }
+  Schedule coded = schedule;  // predicted with the codecs its plan will carry
+  attach_ssd_codecs(facts.ssd_codec, coded);
+  FERRY_ASSIGN_OR_RETURN(Program program, lower_schedule(facts.g(), coded, facts.program_options));
   return simulate_for_planning(ctx, facts, program);
 }
 

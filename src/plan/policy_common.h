@@ -59,8 +59,15 @@ struct PlanFacts {
   // framework's (PlanContext::restricts_executor: it runs no updates itself).
   std::vector<OpId> host_updatable;
 
+  // Per tensor: its class (graph.h tensor_classes) and the codec its SSD copies get
+  // (ssd_codec_choice); empty classes when no tensor is coded.
+  std::vector<CodecId> ssd_codec;
+  std::vector<std::string> tensor_class;
+
   const Graph& g() const { return *graph; }
   const TensorInfo& info(TensorId t) const { return analysis.tensors[static_cast<size_t>(t)]; }
+  // Time of one swap of t between the device and `tier`, its SSD codec included.
+  double transfer_us(const CostModel& cost, Direction d, Tier tier, TensorId t) const;
   uint64_t aligned_bytes(TensorId t) const;
   // Transient, produced by a forward op or a data input, read in forward or produced there, and
   // read again in backward: what swapping and recomputation can free between the two phases.
@@ -77,6 +84,13 @@ struct PlanFacts {
 };
 
 Result<PlanFacts> make_plan_facts(const PlanContext& ctx);
+
+// Per tensor, the codec its SSD copies get under `ctx` (PlanContext::ssd_codec): the forced codec,
+// or CostModel::best_ssd_codec for the tensor's class and size. All kNone with recompute_only.
+std::vector<CodecId> ssd_codec_choice(const PlanContext& ctx);
+// Sets s.ssd_codecs: the tensors `s` swaps out to the SSD tier or offloads there whose codec in
+// `codecs` (per tensor, as ssd_codec_choice) is not kNone, in tensor order.
+void attach_ssd_codecs(const std::vector<CodecId>& codecs, Schedule& s);
 
 // How `ctx`'s schedules lower (scratch, in-place), as the simulator and the executor lower them.
 ProgramOptions program_options_of(const PlanContext& ctx);

@@ -33,6 +33,8 @@ std::unordered_map<TensorId, double> slack_us(const PlanContext& ctx, const Prog
   std::vector<double> at(op_us.size() + 1, 0);  // predicted start of each step
   for (size_t i = 0; i < op_us.size(); ++i) at[i + 1] = at[i] + op_us[i];
   const double iteration_us = at.back();
+  const std::vector<CodecId> codecs = ssd_codec_choice(ctx);  // what a spilled copy would be coded with
+  const std::vector<std::string> classes = tensor_classes(ctx.graph);
   std::unordered_map<TensorId, OpId> out_step, in_step;  // last swap-out; first swap-in after it
   for (const Instruction& in : p.instructions) {
     if (in.tier != Tier::kHost) continue;
@@ -57,8 +59,10 @@ std::unordered_map<TensorId, double> slack_us(const PlanContext& ctx, const Prog
     } else if (auto next = first_in.find(c.tensor); out != out_step.end() && next != first_in.end()) {
       gap_us = iteration_us - at[static_cast<size_t>(out->second)] + at[static_cast<size_t>(next->second)];
     }
-    const double ssd_us = ctx.cost.transfer_us(Direction::kSwapOut, Tier::kSsd, c.bytes) +
-                          ctx.cost.transfer_us(Direction::kSwapIn, Tier::kSsd, c.bytes);
+    const CodecId codec = codecs[static_cast<size_t>(c.tensor)];
+    const std::string& cls = classes[static_cast<size_t>(c.tensor)];
+    const double ssd_us = ctx.cost.transfer_us(Direction::kSwapOut, Tier::kSsd, c.bytes, codec, cls) +
+                          ctx.cost.transfer_us(Direction::kSwapIn, Tier::kSsd, c.bytes, codec, cls);
     slack[c.tensor] = gap_us - ssd_us;
   }
   return slack;
@@ -143,6 +147,7 @@ Result<CascadeReport> cascade_to_ssd(const PlanContext& ctx, Schedule& s, uint64
     host.erase(host.begin() + static_cast<std::ptrdiff_t>(pick));
   }
   move_to_ssd(s, moved);
+  attach_ssd_codecs(ssd_codec_choice(ctx), s);  // the spilled copies are coded as the plan's others
   r.moved_tensors = moved.size();
   Result<Program> after = lower_for(ctx, s);
   if (!after.ok())

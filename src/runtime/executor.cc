@@ -209,8 +209,11 @@ Status Executor::make_tiers() {
     so.capacity_bytes = options_.ssd_tier_bytes ? options_.ssd_tier_bytes : ssd_need.bytes;
     so.checksum = options_.checksum;
     so.fault = options_.ssd_fault;
-    so.codec = options_.ssd_codec;
-    if (options_.ssd_codec_auto) so.auto_codec = true, so.tensor_classes = ssd_tensor_classes();
+    if (!program_.ssd_codecs.empty()) {
+      so.tensor_codecs.assign(graph_.tensors.size(), CodecId::kNone);
+      for (const TensorCodec& c : program_.ssd_codecs) so.tensor_codecs[static_cast<size_t>(c.tensor)] = c.codec;
+    }
+    if (options_.ssd_measure_codecs) so.measure_codecs = true, so.tensor_classes = tensor_classes(graph_);
     if (options_.ssd_lossy_activations) {
       so.lossy_tensors.assign(graph_.tensors.size(), false);
       for (const Tensor& t : graph_.tensors)
@@ -222,16 +225,6 @@ Status Executor::make_tiers() {
   }
   FERRY_ASSIGN_OR_RETURN(engine_, TransferEngine::create(backend_));
   return Status::Ok();
-}
-
-std::vector<std::string> Executor::ssd_tensor_classes() const {
-  std::vector<std::string> classes(graph_.tensors.size());
-  for (const Op& op : graph_.ops)
-    for (TensorId t : op.outputs)
-      if (classes[t].empty()) classes[t] = fmt::format("{}/{}", to_string(op.type), to_string(graph_.tensors[t].role));
-  for (const Tensor& t : graph_.tensors)
-    if (classes[t.id].empty()) classes[t.id] = fmt::format("input/{}", to_string(t.role));
-  return classes;
 }
 
 // ---- the block table (Note [Measured memory]) ----

@@ -89,10 +89,10 @@ struct ExecutorOptions {
   uint64_t ssd_tier_bytes = 0;
   bool checksum = false;          // verify every swapped byte on its way back
   SsdFault ssd_fault = {};        // fault injection, for tests
-  CodecId ssd_codec = CodecId::kNone;  // how the SSD tier codes swapped bytes (lossless codecs only)
-  // Or let the SSD tier choose per class of tensor (SsdTierOptions::auto_codec; ssd_codec must be
-  // kNone): classes are "<producing op type>/<role>" (ssd_tensor_classes()).
-  bool ssd_codec_auto = false;
+  // The SSD tier codes each tensor's copies as the plan says (Schedule::ssd_codecs). With this,
+  // it also measures every lossless codec on each class of tensor (graph.h tensor_classes), the
+  // figures a plan chooses codecs from (ssd_codec_figures()).
+  bool ssd_measure_codecs = false;
   // Lossy stashing (`--lossy bf16`, Gist-style): the SSD tier stores forward activations (f32
   // tensors of role activation) rounded to bfloat16 (SsdTierOptions::lossy_tensors). Training is
   // then no longer bitwise that of a run without a plan; verify_memory cannot be combined with it.
@@ -183,14 +183,11 @@ class Executor {
     const auto* ssd = dynamic_cast<const SsdTier*>(ssd_tier_.get());
     return ssd ? ssd->io_stats() : SsdIoStats{};
   }
-  // With ssd_codec_auto: what the SSD tier chose per class of tensor so far.
-  std::vector<SsdCodecChoice> ssd_codec_choices() const {
+  // With ssd_measure_codecs: the codecs measured per class of tensor so far.
+  std::vector<CodecFigure> ssd_codec_figures() const {
     const auto* ssd = dynamic_cast<const SsdTier*>(ssd_tier_.get());
-    return ssd ? ssd->codec_choices() : std::vector<SsdCodecChoice>{};
+    return ssd ? ssd->codec_figures() : std::vector<CodecFigure>{};
   }
-  // The class of each tensor for the automatic codec choice: "<producing op type>/<role>"
-  // ("input/<role>" for tensors no op produces), indexed by TensorId.
-  std::vector<std::string> ssd_tensor_classes() const;
 
   // The plan's placement of the copies in each tier (predicted: TierPlacement::bytes is what the
   // tier must hold; the tiers' stats above are what they held).

@@ -54,7 +54,6 @@
 
 #include <fmt/format.h>
 
-#include "codec/choice.h"
 #include "codec/stats.h"
 #include "common/units.h"
 
@@ -290,12 +289,15 @@ Result<std::unique_ptr<SsdTier>> SsdTier::create(const SsdTierOptions& options) 
   if (is_lossy(options.codec))
     return Status::InvalidArgument(fmt::format("{} tier: codec {} is lossy; the tier stores bytes losslessly", name,
                                                to_string(options.codec)));
-  if (options.auto_codec && options.codec != CodecId::kNone)
-    return Status::InvalidArgument(fmt::format("{} tier: auto_codec chooses the codec; codec must be none, got {}",
-                                               name, to_string(options.codec)));
+  for (CodecId c : options.tensor_codecs)
+    if (is_lossy(c))
+      return Status::InvalidArgument(fmt::format("{} tier: tensor_codecs names codec {}, which is lossy (lossy "
+                                                 "stashing is lossy_tensors)", name, to_string(c)));
   const bool any_lossy =
       std::find(options.lossy_tensors.begin(), options.lossy_tensors.end(), true) != options.lossy_tensors.end();
-  if ((options.codec != CodecId::kNone || options.auto_codec || any_lossy) && options.chunk_bytes > kMaxChunkBytes)
+  const bool any_coded = std::any_of(options.tensor_codecs.begin(), options.tensor_codecs.end(),
+                                     [](CodecId c) { return c != CodecId::kNone; });
+  if ((options.codec != CodecId::kNone || any_coded || any_lossy) && options.chunk_bytes > kMaxChunkBytes)
     return Status::InvalidArgument(fmt::format("{} tier: with codec {}, chunk_bytes must be at most {}, got {}", name,
                                                to_string(options.codec), bytes_text(kMaxChunkBytes),
                                                bytes_text(options.chunk_bytes)));
@@ -376,7 +378,7 @@ Result<std::unique_ptr<SsdTier>> SsdTier::create(const SsdTierOptions& options) 
     tier->channels_.push_back(std::move(channel));
   }
   tier->io_ = io;
-  if (options.auto_codec) tier->auto_ = std::make_unique<AutoCodec>();
+  if (options.measure_codecs) tier->measured_ = std::make_unique<Measurements>();
   return tier;
 }
 
@@ -502,49 +504,39 @@ Status SsdTier::check(const Request& r, const SwapSlot& slot) const {
   return Status::Ok();
 }
 
-// The automatic choice's state: samples per class, the tier's raw transfer rates, the decisions.
-struct SsdTier::AutoCodec {
-  std::mutex mu;
+// measure_codecs' state: samples per class.
+struct SsdTier::Measurements {
+  mutable std::mutex mu;
   CodecStats stats;
   CodecContext ctx;
-  uint64_t raw_bytes[2] = {0, 0};  // by direction (0 write, 1 read): bytes of completed raw transfers
-  double raw_seconds[2] = {0, 0};  // and their wall time
-  std::map<std::string, SsdCodecChoice, std::less<>> chosen;
 };
-
-namespace {
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-}  // namespace
 
 bool SsdTier::lossy(TensorId t) const {
   return t >= 0 && static_cast<size_t>(t) < options_.lossy_tensors.size() && options_.lossy_tensors[static_cast<size_t>(t)];
 }
 
 bool SsdTier::per_slot_codecs() const {
-  return options_.auto_codec ||
+  return !options_.tensor_codecs.empty() ||
          std::find(options_.lossy_tensors.begin(), options_.lossy_tensors.end(), true) != options_.lossy_tensors.end();
 }
 
+CodecId SsdTier::codec_for(TensorId t) const {
+  if (lossy(t)) return CodecId::kBf16;
+  if (t >= 0 && static_cast<size_t>(t) < options_.tensor_codecs.size()) return options_.tensor_codecs[static_cast<size_t>(t)];
+  return options_.codec;
+}
+
 Status SsdTier::store(const SwapSlot& slot, const SwapEndpoint& src, Hash64* hash) {
-  const bool lossy_slot = lossy(slot.tensor);
-  const CodecId codec = lossy_slot ? CodecId::kBf16 : options_.auto_codec ? pick_codec(slot, src) : options_.codec;
-  if (lossy_slot) hash = nullptr;  // its bytes come back rounded: the frame's checksums guard it
+  const CodecId codec = codec_for(slot.tensor);
+  if (measured_) measure_class(slot, src);
+  if (is_lossy(codec)) hash = nullptr;  // its bytes come back rounded: the frame's checksums guard it
   Channel& channel = acquire_channel();
-  const auto t0 = std::chrono::steady_clock::now();
   Status s = codec == CodecId::kNone ? store_raw(channel, slot, src, hash)
                                      : store_coded(channel, slot, src, hash, codec);
-  const double seconds = seconds_since(t0);
   release_channel(channel);
   if (per_slot_codecs() && codec == CodecId::kNone && s.ok()) {
     std::lock_guard lock(coded_mu_);
     coded_[slot.tensor] = CodedSlot{slot.generation, {}, CodecId::kNone};
-  }
-  if (options_.auto_codec && codec == CodecId::kNone && s.ok()) {
-    std::lock_guard lock(auto_->mu);
-    auto_->raw_bytes[0] += slot.bytes;
-    auto_->raw_seconds[0] += seconds;
   }
   return s;
 }
@@ -553,16 +545,9 @@ Status SsdTier::load(const SwapSlot& slot, const SwapEndpoint& dst, Hash64* hash
   const CodecId codec = per_slot_codecs() ? stored_codec(slot) : options_.codec;
   if (is_lossy(codec)) hash = nullptr;  // as in store()
   Channel& channel = acquire_channel();
-  const auto t0 = std::chrono::steady_clock::now();
   Status s = codec == CodecId::kNone ? load_raw(channel, slot, dst, hash)
                                      : load_coded(channel, slot, dst, hash, codec);
-  const double seconds = seconds_since(t0);
   release_channel(channel);
-  if (options_.auto_codec && codec == CodecId::kNone && s.ok()) {
-    std::lock_guard lock(auto_->mu);
-    auto_->raw_bytes[1] += slot.bytes;
-    auto_->raw_seconds[1] += seconds;
-  }
   return s;
 }
 
@@ -574,47 +559,32 @@ CodecId SsdTier::stored_codec(const SwapSlot& slot) {
   return it->second.codec;
 }
 
-CodecId SsdTier::pick_codec(const SwapSlot& slot, const SwapEndpoint& src) {
+void SsdTier::measure_class(const SwapSlot& slot, const SwapEndpoint& src) {
   static const std::string kOther = "other";
   const auto t = static_cast<size_t>(slot.tensor);
   const std::string& cls =
       t < options_.tensor_classes.size() && !options_.tensor_classes[t].empty() ? options_.tensor_classes[t] : kOther;
-  std::lock_guard lock(auto_->mu);  // serialises the (one-time) measurements
-  if (auto it = auto_->chosen.find(cls); it != auto_->chosen.end()) return it->second.codec;
-  if (slot.bytes == 0) return CodecId::kNone;
-  if (!auto_->stats.unmeasured(cls, kLosslessCodecs).empty()) {
-    // The class's first chunk, as the tier would code it.
-    std::vector<std::byte> sample(std::min<uint64_t>(slot.bytes, options_.chunk_bytes));
-    if (!src.copy_out(0, sample).ok()) return CodecId::kNone;  // the store itself will report it
-    for (CodecId c : kLosslessCodecs) {
-      Result<CodecSample> m = measure_codec(auto_->ctx, c, sample, static_cast<uint32_t>(options_.chunk_bytes));
-      FERRY_CHECK(m.ok(), "{} tier: measuring codec {} on tensor {}: {}", name(), to_string(c), slot.tensor,
-                  m.status().message());
-      auto_->stats.record(cls, c, *m);
-    }
+  // A small tensor says little of its class (a frame's headers dominate it) and is not worth coding.
+  constexpr uint64_t kMinSampleBytes = 64 << 10;
+  if (slot.bytes < kMinSampleBytes) return;
+  std::lock_guard lock(measured_->mu);  // serialises the (one-time) measurements
+  if (measured_->stats.estimate(cls, CodecId::kZeroMask)) return;  // every codec is measured at once
+  // The class's first chunk, as the tier would code it.
+  std::vector<std::byte> sample(std::min<uint64_t>(slot.bytes, options_.chunk_bytes));
+  if (!src.copy_out(0, sample).ok()) return;  // the store itself will report it
+  for (CodecId c : kLosslessCodecs) {
+    if (c == CodecId::kNone) continue;
+    Result<CodecSample> m = measure_codec(measured_->ctx, c, sample, static_cast<uint32_t>(options_.chunk_bytes));
+    FERRY_CHECK(m.ok(), "{} tier: measuring codec {} on tensor {}: {}", name(), to_string(c), slot.tensor,
+                m.status().message());
+    measured_->stats.record(cls, c, *m);
   }
-  if (auto_->raw_seconds[0] <= 0 || auto_->raw_seconds[1] <= 0) return CodecId::kNone;  // rates not known yet
-  const WireRates wire{.swap_out_bytes_per_s = static_cast<double>(auto_->raw_bytes[0]) / auto_->raw_seconds[0],
-                       .swap_in_bytes_per_s = static_cast<double>(auto_->raw_bytes[1]) / auto_->raw_seconds[1]};
-  const CodecChoice choice = choose_codec(slot.bytes, auto_->stats, cls, wire,
-                                          ChoiceOptions{.chunk_bytes = static_cast<uint32_t>(options_.chunk_bytes)});
-  const std::optional<CodecEstimate> e = auto_->stats.estimate(cls, choice.codec);
-  auto_->chosen[cls] = SsdCodecChoice{.tensor_class = cls,
-                                      .codec = choice.codec,
-                                      .ratio = e ? e->ratio : 1.0,
-                                      .predicted_seconds = choice.weighted_seconds,
-                                      .predicted_none_seconds = choice.none_weighted_seconds,
-                                      .write_bytes_per_s = wire.swap_out_bytes_per_s,
-                                      .read_bytes_per_s = wire.swap_in_bytes_per_s};
-  return choice.codec;
 }
 
-std::vector<SsdCodecChoice> SsdTier::codec_choices() const {
-  std::vector<SsdCodecChoice> out;
-  if (!auto_) return out;
-  std::lock_guard lock(auto_->mu);
-  for (const auto& [cls, choice] : auto_->chosen) out.push_back(choice);
-  return out;
+std::vector<CodecFigure> SsdTier::codec_figures() const {
+  if (!measured_) return {};
+  std::lock_guard lock(measured_->mu);
+  return measured_->stats.figures();
 }
 
 // Writes `chunks` chunks of `slot` queue_depth deep: `fill(k, r)` sets r's data_offset,

@@ -42,9 +42,10 @@
 //   chunk k is on disk) and decoding beside the reads. Corrupt or truncated data read back fails
 //   the payload checksum: kIoError naming the tensor and the chunk. Checksum mode hashes the
 //   tensor's bytes before encoding and after decoding, so it guards the codec as well.
-//   io_stats() counts the bytes that really crossed the disk. auto_codec chooses the codec per
-//   class of tensor from what the tier measures (see SsdTierOptions); a slot records the codec
-//   its copy was written with.
+//   io_stats() counts the bytes that really crossed the disk. tensor_codecs gives each tensor its
+//   own codec (a plan's Schedule::ssd_codecs); a slot records the codec its copy was written with.
+//   measure_codecs samples every lossless codec on the first chunk of each class of tensor, the
+//   figures the cost model plans codecs with (codec_figures()).
 //
 // Usage:
 //   Result<std::unique_ptr<SsdTier>> ssd = SsdTier::create({.directory = "/scratch",
@@ -65,6 +66,7 @@
 #include <vector>
 
 #include "codec/codec.h"
+#include "codec/stats.h"
 #include "common/status.h"
 #include "runtime/tiers.h"
 
@@ -110,29 +112,20 @@ struct SsdTierOptions {
   // other than kNone, chunk_bytes must be at most kMaxChunkBytes (64 MiB).
   CodecId codec = CodecId::kNone;
   CodecOptions codec_options = {};
-  // Automatic choice (codec must be kNone), per class of tensor (tensor_classes[tensor]; "other"
-  // when missing or empty): the first tensor of a class stored has every lossless codec measured
-  // on its first chunk (measure_codec), the tier's own raw write and read rates are measured from
-  // its raw transfers (wall time of whole transfers, device copies included), and once both are
-  // known choose_codec picks the class's codec for the rest of the run. Until then tensors go raw.
-  bool auto_codec = false;
+  // Per tensor (indexed by TensorId), the lossless codec its copies are stored with (kNone: raw);
+  // tensors past its end use `codec`. The plan decides it (Schedule::ssd_codecs).
+  std::vector<CodecId> tensor_codecs = {};
+  // Measure the codecs per class of tensor (tensor_classes[tensor]; "other" when missing or
+  // empty): the first stored tensor of each class of at least 64 KiB has every lossless codec
+  // measured on its first chunk (measure_codec, on a copy, before the store), whatever it is
+  // stored with.
+  bool measure_codecs = false;
   std::vector<std::string> tensor_classes = {};
   // Lossy stashing on request (`--lossy bf16`, Gist-style): tensors marked here (indexed by
   // TensorId) are stored with the bf16 codec, every 32-bit word rounded to bfloat16, and come back
   // rounded; the others as above. The content checksum (`checksum`) does not cover them (their
   // bytes change by design); the codec's per-chunk checksums still catch corrupt data on disk.
   std::vector<bool> lossy_tensors = {};
-};
-
-// What the automatic choice decided for a class of tensors (measured figures, predicted times).
-struct SsdCodecChoice {
-  std::string tensor_class;
-  CodecId codec = CodecId::kNone;
-  double ratio = 1;                  // measured on the class's first chunk (frame bytes / bytes)
-  double predicted_seconds = 0;      // swap-out + swap-in of the deciding tensor with `codec`
-  double predicted_none_seconds = 0; // the same raw
-  double write_bytes_per_s = 0;      // the tier's raw rates when it decided (measured)
-  double read_bytes_per_s = 0;
 };
 
 // Bytes that really crossed the disk, counted from completed requests: the gain of a codec,
@@ -164,8 +157,9 @@ class SsdTier final : public SwapTier {
   const SsdTierOptions& options() const { return options_; }
   // Disk bytes moved so far (thread-safe).
   SsdIoStats io_stats() const;
-  // With auto_codec: the classes decided so far, sorted by class (thread-safe).
-  std::vector<SsdCodecChoice> codec_choices() const;
+  // With measure_codecs: every codec's figure on every class measured so far, sorted by class,
+  // then codec (thread-safe).
+  std::vector<CodecFigure> codec_figures() const;
 
  protected:
   Status store(const SwapSlot& slot, const SwapEndpoint& src, Hash64* hash) override;
@@ -201,12 +195,14 @@ class SsdTier final : public SwapTier {
   Status load_raw(Channel& channel, const SwapSlot& slot, const SwapEndpoint& dst, Hash64* hash);
   Status store_coded(Channel& channel, const SwapSlot& slot, const SwapEndpoint& src, Hash64* hash, CodecId codec);
   Status load_coded(Channel& channel, const SwapSlot& slot, const SwapEndpoint& dst, Hash64* hash, CodecId codec);
-  // auto_codec: the codec for storing `slot` (measures its class on first sight; kNone until decided).
-  CodecId pick_codec(const SwapSlot& slot, const SwapEndpoint& src);
+  // measure_codecs: measures `slot`'s class on its first sight.
+  void measure_class(const SwapSlot& slot, const SwapEndpoint& src);
+  // The codec `slot` is stored with (lossy, tensor_codecs, codec).
+  CodecId codec_for(TensorId t) const;
   // The codec `slot`'s stored copy was written with.
   CodecId stored_codec(const SwapSlot& slot);
   bool lossy(TensorId t) const;     // stored with bf16 (SsdTierOptions::lossy_tensors)
-  bool per_slot_codecs() const;     // slots record their codec (auto choice or lossy tensors)
+  bool per_slot_codecs() const;     // slots record their codec (tensor_codecs or lossy tensors)
   bool coded_staging() const { return options_.codec != CodecId::kNone || per_slot_codecs(); }
 
   SsdTierOptions options_;
@@ -228,10 +224,10 @@ class SsdTier final : public SwapTier {
   struct CodedSlot {
     uint64_t generation = 0;
     std::vector<std::array<std::byte, kChunkHeaderBytes>> chunk_headers;
-    CodecId codec = CodecId::kNone;  // kNone: stored raw (auto_codec only)
+    CodecId codec = CodecId::kNone;  // kNone: stored raw (per-slot codecs only)
   };
-  struct AutoCodec;  // ssd_tier.cc: the automatic choice's measurements
-  std::unique_ptr<AutoCodec> auto_;
+  struct Measurements;  // ssd_tier.cc: measure_codecs' samples
+  std::unique_ptr<Measurements> measured_;
   std::mutex coded_mu_;
   std::unordered_map<TensorId, CodedSlot> coded_;
 };

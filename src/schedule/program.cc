@@ -244,6 +244,20 @@ class Lowering {
         return Status::InvalidArgument(fmt::format("schedule '{}' offloads '{}' twice", s_.policy, tname(o.tensor)));
       home_[static_cast<size_t>(o.tensor)] = static_cast<int8_t>(tier_index(o.tier));
     }
+    std::vector<bool> coded(g_.tensors.size(), false);
+    for (const TensorCodec& c : s_.ssd_codecs) {
+      if (c.tensor < 0 || static_cast<size_t>(c.tensor) >= g_.tensors.size())
+        return Status::InvalidArgument(fmt::format("schedule '{}' gives a codec to tensor id {}, not in [0, {})",
+                                                   s_.policy, c.tensor, g_.tensors.size()));
+      if (c.codec == CodecId::kNone || is_lossy(c.codec))
+        return Status::InvalidArgument(fmt::format("schedule '{}' codes '{}' with '{}': a plan's SSD codec must be a "
+                                                   "lossless codec other than none",
+                                                   s_.policy, tname(c.tensor), to_string(c.codec)));
+      if (coded[static_cast<size_t>(c.tensor)])
+        return Status::InvalidArgument(fmt::format("schedule '{}' gives '{}' two codecs", s_.policy, tname(c.tensor)));
+      coded[static_cast<size_t>(c.tensor)] = true;
+    }
+    p_.ssd_codecs = s_.ssd_codecs;
     for (const Tensor& t : g_.tensors) {
       if (!t.persistent()) continue;
       TensorState& ts = st_[static_cast<size_t>(t.id)];

@@ -121,6 +121,7 @@ struct Program {
   size_t num_actions = 0;         // schedule actions lowered
   size_t num_host_updates = 0;    // kHostRun instructions
   std::vector<Offload> offloaded;  // Schedule::offloaded
+  std::vector<TensorCodec> ssd_codecs;  // Schedule::ssd_codecs
 
   // Where persistent tensor `t` lives between iterations: nullopt for the device.
   std::optional<Tier> home_tier(TensorId t) const {

@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "codec/codec.h"
 #include "common/transfer.h"
 #include "graph/graph.h"
 
@@ -52,12 +53,20 @@ struct Offload {
   bool operator==(const Offload&) const = default;
 };
 
+// A tensor whose SSD-tier copies are stored coded with `codec` (lossless, not kNone).
+struct TensorCodec {
+  TensorId tensor = kNoTensor;
+  CodecId codec = CodecId::kNone;
+  bool operator==(const TensorCodec&) const = default;
+};
+
 struct Schedule {
   std::string policy = "none";
   uint64_t budget_bytes = 0;                // the device capacity the plan was made for (0 = none)
   std::vector<std::vector<Action>> before;  // per step
   std::vector<std::vector<Action>> after;   // per step
   std::vector<Offload> offloaded;           // persistent tensors whose home is a tier
+  std::vector<TensorCodec> ssd_codecs;      // coded SSD copies; every other tensor's travel raw
 
   // The empty plan for a graph with `steps` ops: keep everything, free at last use.
   static Schedule keep_all(size_t steps) {

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
@@ -29,12 +30,13 @@ struct SsdQueue {
   double channel_free_us = 0;
   LinkCost link;
 
-  // Schedules one request that may start at `ready_us`; returns {start, end}.
-  std::pair<double, double> submit(double ready_us, uint64_t bytes) {
+  // Schedules one request that may start at `ready_us` and whose data phase takes `data_us`;
+  // returns {start, end}.
+  std::pair<double, double> submit(double ready_us, double data_us) {
     auto slot = std::min_element(slot_free_us.begin(), slot_free_us.end());
     const double start = std::max(ready_us, *slot);
     const double data_start = std::max(start + link.latency_us, channel_free_us);
-    const double end = data_start + link.data_us(bytes);
+    const double end = data_start + data_us;
     channel_free_us = end;
     *slot = end;
     return {start, end};
@@ -66,6 +68,17 @@ class Simulation {
     ssd_read_.slot_free_us.assign(static_cast<size_t>(queue_depth), 0.0);
     ssd_write_.link = cost.link(Link::kSsdWrite);
     ssd_read_.link = cost.link(Link::kSsdRead);
+    // A coded tensor's SSD legs take the codec pipeline's time (CostModel::ssd_data_us): the disk
+    // channel is held for it, as the tier's channel is while it codes chunk by chunk.
+    if (!p.ssd_codecs.empty()) {
+      const std::vector<std::string> classes = tensor_classes(g);
+      for (const TensorCodec& c : p.ssd_codecs) {
+        const size_t t = static_cast<size_t>(c.tensor);
+        const uint64_t bytes = g.tensors[t].bytes;
+        coded_us_[t] = {cost.ssd_data_us(Direction::kSwapOut, bytes, c.codec, classes[t]),
+                        cost.ssd_data_us(Direction::kSwapIn, bytes, c.codec, classes[t])};
+      }
+    }
     r_.budget_bytes = capacity == kUnlimitedBytes ? 0 : capacity;
     if (o.record_waits) {
       r_.step_start_us.assign(p.num_steps, 0.0);
@@ -278,6 +291,12 @@ class Simulation {
     now_ = end;
   }
 
+  // The data phase of `in`'s SSD leg (direction 0: write, 1: read).
+  double ssd_data_us(const Instruction& in, size_t direction) const {
+    if (auto it = coded_us_.find(in.tensor); it != coded_us_.end()) return it->second[direction];
+    return (direction == 0 ? ssd_write_ : ssd_read_).link.data_us(in.bytes);
+  }
+
   void swap_out(const Instruction& in) {
     TensorSim& s = ts(in.tensor);
     const std::string& name = g_.tensor(in.tensor).name;
@@ -292,7 +311,7 @@ class Simulation {
           kNoOp, in.tensor, in.bytes, start, end);
     double copy_ready = end;
     if (in.tier == Tier::kSsd) {
-      auto [w_start, w_end] = ssd_write_.submit(end, in.bytes);
+      auto [w_start, w_end] = ssd_write_.submit(end, ssd_data_us(in, 0));
       r_.bytes_ssd_write += in.bytes;
       event(SimStream::kSsdWrite, EventKind::kSsdWrite, fmt::format("{} -> ssd", name), in.step, kNoOp, in.tensor,
             in.bytes, w_start, w_end);
@@ -309,7 +328,7 @@ class Simulation {
     const size_t tier = tier_index(in.tier);
     double ready = std::max(now_, s.copy_ready_us[tier]);
     if (in.tier == Tier::kSsd) {
-      auto [r_start, r_end] = ssd_read_.submit(ready, in.bytes);
+      auto [r_start, r_end] = ssd_read_.submit(ready, ssd_data_us(in, 1));
       r_.bytes_ssd_read += in.bytes;
       event(SimStream::kSsdRead, EventKind::kSsdRead, fmt::format("ssd -> {}", name), in.step, kNoOp, in.tensor,
             in.bytes, r_start, r_end);
@@ -355,6 +374,7 @@ class Simulation {
   const SimOptions& o_;
   const std::vector<double>& op_us_;
   const std::vector<double>& host_us_;  // per op: its time as a host update (ops that run there)
+  std::unordered_map<TensorId, std::array<double, 2>> coded_us_;  // coded tensors' SSD data phases
   const ProgramPlacement& placement_;
   OffsetAllocator alloc_;
   std::vector<TensorSim> tensors_;

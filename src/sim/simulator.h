@@ -14,7 +14,8 @@
 //                   queues with `ssd_queue_depth` requests in flight. A request pays its latency
 //                   in parallel with the others in flight, but its data phase uses the SSD's
 //                   bandwidth exclusively, so queue depth hides latency and never multiplies
-//                   bandwidth.
+//                   bandwidth. A tensor the schedule codes (Schedule::ssd_codecs) holds the data
+//                   channel for the codec pipeline's time (CostModel::ssd_data_us) instead.
 // - Events and dependencies: an op starts when the compute stream is free, every tensor it reads
 //   is ready (its swap-in has landed) and no swap-out is still reading a block it writes. A
 //   swap-out starts when its stream is free and the tensor is ready; device->SSD is a d2h copy

@@ -175,6 +175,45 @@ TEST(CostModelTest, TransferTimeIsLatencyPlusBytesOverEffectiveBandwidth) {
   EXPECT_TRUE(cost.copy_directions_concurrent());
 }
 
+// Codec figures: a coded SSD leg is the pipeline of the codec and the disk moving ratio x bytes
+// (Note [Pipelined codec time]); the host leg moves raw bytes; best_ssd_codec picks a codec only
+// where it beats raw by more than 5%; without a figure a codec predicts as raw.
+TEST(CostModelTest, CodedSsdLegsArePipelinedThroughTheCodec) {
+  // Write 250 B/us + 50 us; read 500 B/us + 100 us (round_profile). Zero-mask on ReLU outputs:
+  // half the bytes, encoding at 1000 B/us and decoding at 2000 B/us.
+  const std::vector<CodecFigure> figures = {
+      {"relu/activation", CodecId::kZeroMask, CodecEstimate{0.5, 1e9, 2e9, 1}},
+      {"conv2d/activation", CodecId::kZeroMask, CodecEstimate{1.0, 1e9, 2e9, 1}},
+  };
+  const CostModel cost(round_profile(), CostOptions{.codecs = figures});
+  const uint64_t bytes = 4 << 20;  // 4 chunks of 1 MiB
+  const double b = static_cast<double>(bytes);
+  // Out: C = b / 1000, W = 0.5 b / 250 = b / 500: max(C, W) + min(C, W) / 4.
+  EXPECT_NEAR(cost.ssd_data_us(Direction::kSwapOut, bytes, CodecId::kZeroMask, "relu/activation"),
+              b / 500 + b / 1000 / 4, 1e-6 * b);
+  // In: C = b / 2000, W = 0.5 b / 500 = b / 1000.
+  EXPECT_NEAR(cost.ssd_data_us(Direction::kSwapIn, bytes, CodecId::kZeroMask, "relu/activation"),
+              b / 1000 + b / 2000 / 4, 1e-6 * b);
+  EXPECT_NEAR(cost.transfer_us(Direction::kSwapOut, Tier::kSsd, bytes, CodecId::kZeroMask, "relu/activation"),
+              (10 + b / 1000) + 50 + b / 500 + b / 1000 / 4, 1e-6 * b);
+  // Raw, and a codec without a figure for the class, are the plain link.
+  EXPECT_DOUBLE_EQ(cost.ssd_data_us(Direction::kSwapOut, bytes, CodecId::kNone, "relu/activation"), b / 250);
+  EXPECT_DOUBLE_EQ(cost.ssd_data_us(Direction::kSwapOut, bytes, CodecId::kLz4, "relu/activation"), b / 250);
+  EXPECT_DOUBLE_EQ(cost.transfer_us(Direction::kSwapOut, Tier::kSsd, bytes),
+                   cost.transfer_us(Direction::kSwapOut, Tier::kSsd, bytes, CodecId::kNone, "relu/activation"));
+  EXPECT_EQ(cost.best_ssd_codec(bytes, "relu/activation"), CodecId::kZeroMask);
+  EXPECT_EQ(cost.best_ssd_codec(bytes, "conv2d/activation"), CodecId::kNone) << "nothing to gain on dense data";
+  EXPECT_EQ(cost.best_ssd_codec(bytes, "add/activation"), CodecId::kNone) << "no figure";
+  EXPECT_DOUBLE_EQ(cost.min_codec_ratio(), 0.5);
+  // A disk faster than the codec: coding would cost more than it saves.
+  HardwareProfile fast = round_profile();
+  fast.storage.write_bytes_per_s = fast.storage.read_bytes_per_s = 1e11;
+  EXPECT_EQ(CostModel(fast, CostOptions{.codecs = figures}).best_ssd_codec(bytes, "relu/activation"), CodecId::kNone);
+  // Without figures nothing is coded.
+  EXPECT_EQ(CostModel(round_profile()).best_ssd_codec(bytes, "relu/activation"), CodecId::kNone);
+  EXPECT_DOUBLE_EQ(CostModel(round_profile()).min_codec_ratio(), 1.0);
+}
+
 TEST(CostModelTest, EveryOpTypeHasAClassAndClassesHaveNames) {
   EXPECT_EQ(op_class_of(OpType::kConvBwdWeights), OpClass::kConv);
   EXPECT_EQ(op_class_of(OpType::kLinearBwdData), OpClass::kMatMul);

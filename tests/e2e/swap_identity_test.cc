@@ -39,7 +39,7 @@ struct Outcome {
   size_t recomputed_ops = 0;     // kernels run again, summed over iterations
   uint64_t ssd_disk_bytes_written = 0;  // the SSD tier's counters: bytes that crossed the disk
   uint64_t ssd_disk_bytes_read = 0;
-  size_t ssd_codec_choices = 0;  // classes the automatic choice decided
+  std::vector<CodecFigure> codec_figures;  // measured by the SSD tier (ssd_measure_codecs)
 };
 
 Graph model(const std::string& name) {
@@ -53,14 +53,13 @@ Graph model(const std::string& name) {
 
 // The tier is part of the schedule's actions; the executor makes the tiers the program uses.
 Result<Outcome> train(const Graph& g, const Schedule* schedule, uint64_t budget, const BackendOptions& bo,
-                      CodecId ssd_codec = CodecId::kNone, bool ssd_codec_auto = false) {
+                      bool measure_codecs = false) {
   ExecutorOptions o;
   o.seed = 11;
   o.budget_bytes = budget;
   o.checksum = true;  // every swapped byte is verified on its way back
   o.ssd_dir = std::filesystem::temp_directory_path().string();
-  o.ssd_codec = ssd_codec;
-  o.ssd_codec_auto = ssd_codec_auto;
+  o.ssd_measure_codecs = measure_codecs;
   FERRY_ASSIGN_OR_RETURN(test::TrainingRun run, test::run_training(g, schedule, o, kIters, bo));
   const Executor& ex = *run.executor;
   Outcome out;
@@ -73,7 +72,7 @@ Result<Outcome> train(const Graph& g, const Schedule* schedule, uint64_t budget,
   out.swapped_bytes = ex.transfer_stats().bytes_out;
   out.ssd_disk_bytes_written = ex.ssd_io_stats().disk_bytes_written;
   out.ssd_disk_bytes_read = ex.ssd_io_stats().disk_bytes_read;
-  out.ssd_codec_choices = ex.ssd_codec_choices().size();
+  out.codec_figures = ex.ssd_codec_figures();
   return out;
 }
 
@@ -182,9 +181,10 @@ INSTANTIATE_TEST_SUITE_P(Policies, SwapIdentity, ::testing::ValuesIn(cases()), [
   return n;
 });
 
-// Every lossless codec on the SSD tier, and the automatic choice, keep training bitwise identical
-// (losses, weights, optimizer state), and on a ReLU network the zero-mask codecs move fewer bytes across the disk than raw, as
-// the tier counted them.
+// Every lossless codec on the SSD tier, forced on every swapped tensor and as the planner chooses
+// them per tensor from measured figures (--codec auto), keeps training bitwise identical (losses,
+// weights, optimizer state); on a ReLU network the zero-mask codecs move fewer bytes across the
+// disk than raw, as the tier counted them.
 TEST(CodecSwapIdentity, LosslessCodecsOnTheSsdTierAreBitwiseIdentical) {
   for (const char* m : {"resnet-mini", "gpt2-mini"}) {
     const Graph g = model(m);
@@ -194,24 +194,40 @@ TEST(CodecSwapIdentity, LosslessCodecsOnTheSsdTierAreBitwiseIdentical) {
     auto backend = make_backend("cpu", bo).value();
     auto compiled = backend->compile(g).value();
     const Graph sized = with_backend_sizes(g, *compiled);
-    const CostModel cost(load_profile("cpu-local").value());
+    HardwareProfile hw = load_profile("cpu-local").value();
+    const CostModel cost(hw);
     PlanContext ctx{.graph = sized, .cost = cost, .budget_bytes = 0, .tier = Tier::kSsd,
                     .op_scratch_bytes = compiled->all_scratch_bytes()};
     Result<uint64_t> min_budget = find_min_budget("vdnn-all", ctx);  // swaps the most
     ASSERT_TRUE(min_budget.ok()) << min_budget.status().message();
     const uint64_t budget = *min_budget;
     ctx.budget_bytes = budget;
-    Result<PlanReport> plan = plan_policy("vdnn-all", ctx);
-    ASSERT_TRUE(plan.ok()) << plan.status().message();
     uint64_t raw_written = 0;
+    std::vector<CodecFigure> figures;
     for (int k = 0; k <= static_cast<int>(std::size(kLosslessCodecs)); ++k) {
       const bool automatic = k == static_cast<int>(std::size(kLosslessCodecs));  // last: --codec auto
       const CodecId codec = automatic ? CodecId::kNone : kLosslessCodecs[k];
       SCOPED_TRACE(::testing::Message() << m << ", codec " << (automatic ? "auto" : to_string(codec)));
-      Result<Outcome> run = train(g, &plan->schedule, budget, bo, codec, automatic);
+      // auto: planned on the figures the raw run measured, with a disk slow enough (100 MB/s)
+      // that coding the ReLU outputs pays.
+      hw.storage.read_bytes_per_s = hw.storage.write_bytes_per_s = 100e6;
+      const CostModel measured(hw, CostOptions{.codecs = figures});
+      PlanContext c = ctx;
+      c.ssd_codec = automatic ? std::nullopt : std::optional<CodecId>(codec);
+      PlanContext with_figures{.graph = sized, .cost = measured, .budget_bytes = budget, .tier = Tier::kSsd,
+                               .op_scratch_bytes = compiled->all_scratch_bytes()};
+      Result<PlanReport> plan = plan_policy("vdnn-all", automatic ? with_figures : c);
+      ASSERT_TRUE(plan.ok()) << plan.status().message();
+      if (codec == CodecId::kNone && !automatic) {
+        EXPECT_TRUE(plan->schedule.ssd_codecs.empty());
+      } else if (!automatic || std::string(m) == "resnet-mini") {  // gpt2-mini has no ReLU
+        EXPECT_FALSE(plan->schedule.ssd_codecs.empty()) << "nothing is coded: the case proves little";
+      }
+      Result<Outcome> run = train(g, &plan->schedule, budget, bo, /*measure_codecs=*/!automatic);
       ASSERT_TRUE(run.ok()) << run.status().message();
-      if (automatic) {
-        EXPECT_GT(run->ssd_codec_choices, 0u) << "nothing was decided: the case proves little";
+      if (codec == CodecId::kNone && !automatic) {
+        figures = run->codec_figures;
+        EXPECT_FALSE(figures.empty()) << "the tier measured no codec";
       }
       ASSERT_GT(run->swapped_bytes, 0u) << "the plan moved nothing: the case proves nothing";
       ASSERT_GT(run->ssd_disk_bytes_written, 0u);
@@ -226,7 +242,8 @@ TEST(CodecSwapIdentity, LosslessCodecsOnTheSsdTierAreBitwiseIdentical) {
       } else {
         EXPECT_LE(run->ssd_disk_bytes_written, raw_written);  // a chunk never grows
       }
-      if (std::string(m) == "resnet-mini" && (codec == CodecId::kZeroMask || codec == CodecId::kZeroMaskLz4)) {
+      if (std::string(m) == "resnet-mini" &&
+          (automatic || codec == CodecId::kZeroMask || codec == CodecId::kZeroMaskLz4)) {
         EXPECT_LT(run->ssd_disk_bytes_written, raw_written);  // ReLU outputs are half zeros
       }
     }

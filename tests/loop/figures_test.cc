@@ -1,11 +1,14 @@
 // Measured figures (loop/figures.h) and the profile cache (loop/profile_cache.h).
 #include "loop/figures.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "cost/profile.h"
 #include "graph/zoo/zoo.h"
@@ -61,6 +64,20 @@ TEST(Figures, SsdTransfersAreFittedAfterTheirHostLeg) {
   const CostModel measured(apply_links(f, cpu_profile()));
   EXPECT_NEAR(measured.transfer_us(Direction::kSwapOut, Tier::kSsd, 1 << 22), 4194.304 + 16777.216, 1);
   EXPECT_TRUE(validate_profile(apply_links(f, cpu_profile())).ok());
+  // A coded tensor's SSD transfer (its time is the codec's pipeline) fits no link; the codec
+  // figures pass through, their infinite rates capped.
+  TransferRecord coded = record(Direction::kSwapOut, "ssd", 1 << 22, 1e6);
+  coded.tensor = 7;
+  rs.push_back(coded);
+  const std::vector<CodecFigure> codecs = {
+      {"relu/activation", CodecId::kZeroMask, CodecEstimate{0.5, INFINITY, 3e9, 1}}};
+  const MeasuredFigures g = fit_figures({}, rs, base, codecs, {{7, CodecId::kZeroMask}});
+  EXPECT_EQ(g.links[static_cast<size_t>(Link::kSsdWrite)], f.links[static_cast<size_t>(Link::kSsdWrite)]);
+  ASSERT_EQ(g.codecs.size(), 1u);
+  EXPECT_TRUE(std::isfinite(g.codecs[0].estimate.encode_bytes_per_s));
+  EXPECT_EQ(cost_options(g).codecs, g.codecs);
+  EXPECT_NE(fit_figures({}, rs, base).links[static_cast<size_t>(Link::kSsdWrite)], f.links[static_cast<size_t>(Link::kSsdWrite)])
+      << "counted as raw, the coded transfer would have changed the fit";
 }
 
 TEST(Figures, MergeKeepsTheFasterOpAndTheNewerLink) {
@@ -111,6 +128,8 @@ MeasuredFigures some_figures(size_t ops) {
   MeasuredFigures f;
   for (size_t i = 0; i < ops; ++i) f.op_us.push_back(1.5 * static_cast<double>(i));
   f.links[static_cast<size_t>(Link::kSsdRead)] = LinkFit{.bytes_per_s = 3e8, .latency_us = 40, .samples = 7, .bytes = 1 << 24};
+  f.codecs = {{"relu/activation", CodecId::kZeroMask, CodecEstimate{0.53, 2.5e9, 3.1e9, 2}},
+              {"relu/activation", CodecId::kLz4, CodecEstimate{0.61, 9e8, 2e9, 2}}};
   return f;
 }
 
@@ -148,9 +167,10 @@ TEST(ProfileCache, RoundTripsAndRefusesAnotherModelShapeMachineOrVersion) {
   }
   // A file of another format version is refused.
   std::string text = to_figures_json(key, f);
-  const size_t at = text.find("\"format_version\": 1");
+  const std::string version = fmt::format("\"format_version\": {}", kProfileCacheFormatVersion);
+  const size_t at = text.find(version);
   ASSERT_NE(at, std::string::npos) << text.substr(0, 200);
-  text.replace(at, 19, "\"format_version\": 99");
+  text.replace(at, version.size(), "\"format_version\": 99");
   std::ofstream(path) << text;
   Result<std::optional<MeasuredFigures>> old = read_figures(path, key, g.ops.size());
   ASSERT_FALSE(old.ok());
@@ -162,16 +182,30 @@ TEST(ProfileCache, MalformedFilesNameTheProblem) {
   const ProfileKey key{.machine = "m", .threads = 1, .conv_algorithm = "auto", .model = "x", .graph_hash = "0"};
   const std::string good = to_figures_json(key, some_figures(ops));
   ASSERT_TRUE(parse_figures_json(good, "f", ops).ok());
+  auto with_codec = [&](const char* field, const nlohmann::json& value) {
+    nlohmann::json j = nlohmann::json::parse(good);
+    j["codecs"][0][field] = value;
+    return j.dump();
+  };
+  auto without_codecs = [&] {
+    nlohmann::json j = nlohmann::json::parse(good);
+    j.erase("codecs");
+    return j.dump();
+  };
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"{", "not valid JSON"},
       {"[]", "not a JSON object"},
-      {R"({"format_version": 1})", "key"},
+      {fmt::format(R"({{"format_version": {}}})", kProfileCacheFormatVersion), "key"},
       {good.substr(0, good.find("\"op_us\"")) + R"("op_us": [1, 2], "links": {}})", "op_us has 2 entries"},
       {good.substr(0, good.find("\"op_us\"")) + R"("op_us": [1, -2, 3], "links": {}})", "op_us[1]"},
       {good.substr(0, good.find("\"op_us\"")) + R"("op_us": [1, 2, 3], "links": {"warp": {}}})", "unknown link"},
       {good.substr(0, good.find("\"op_us\"")) +
            R"("op_us": [1, 2, 3], "links": {"ssd_read": {"bytes_per_s": 0, "latency_us": 0, "samples": 1, "bytes": 1}}})",
        "links.ssd_read.bytes_per_s"},
+      {without_codecs(), "codecs: missing"},
+      {with_codec("codec", "bf16"), "codecs[0].codec: 'bf16'"},
+      {with_codec("ratio", 0), "codecs[0].ratio"},
+      {with_codec("decode_bytes_per_s", "fast"), "codecs[0].decode_bytes_per_s"},
   };
   for (const auto& [text, says] : cases) {
     Result<CachedFigures> r = parse_figures_json(text, "f", ops);

@@ -116,6 +116,59 @@ TEST(TrainingLoop, ReplanningAtEveryBoundaryChangesNoNumber) {
   }
 }
 
+// Codecs enter the loop's plans from what it measured: the first plan runs raw while the SSD tier
+// measures every codec per class of tensor; the re-plan from those figures (on a disk slowed 20x,
+// where coding pays) codes what shrinks, the ReLU outputs among them, and training stays bitwise that of a run
+// without a plan.
+TEST(TrainingLoop, MeasuredCodecFiguresCodeTheNextPlan) {
+  const Graph g = model();
+  auto backend = make_backend("cpu").value();
+  const Outcome want = reference(g, *backend);
+  const Sized s = sized_of(g, *backend);
+  const uint64_t budget = s.none_bytes * 85 / 100;
+  LoopOptions o;
+  o.executor.budget_bytes = budget;
+  o.executor.seed = 3;
+  o.executor.checksum = true;
+  o.executor.ssd_dir = std::filesystem::temp_directory_path().string();
+  o.executor.ssd_measure_codecs = true;
+  o.profile = load_profile("cpu-local").value();
+  o.op_scratch_bytes = s.scratch;
+  o.measure_iterations = 1;
+  o.drift_threshold = 0;
+  o.slowdown_from = 0;
+  o.slowdown_factor = 20;
+  auto loop = TrainingLoop::create(g, s.graph, *backend, planner(s.scratch, budget, Tier::kSsd, {"vdnn-all"}), o);
+  ASSERT_TRUE(loop.ok()) << loop.status().message();
+  ASSERT_TRUE((*loop)->initialize().ok());
+  EXPECT_TRUE((*loop)->schedule().ssd_codecs.empty()) << "no figures yet: the first plan runs raw";
+  auto data = make_synthetic_data(3);
+  std::vector<float> losses;
+  for (int i = 0; i < kIters; ++i) {
+    Result<LoopIteration> it = (*loop)->run_iteration(i, *data);
+    ASSERT_TRUE(it.ok()) << it.status().message();
+    losses.push_back(it->stats.loss);
+  }
+  ASSERT_TRUE((*loop)->measured().has_value());
+  EXPECT_FALSE((*loop)->measured()->codecs.empty());
+  ASSERT_GE((*loop)->plan_versions().size(), 2u);
+  EXPECT_TRUE((*loop)->plan_versions()[1].new_executor);
+  const std::vector<std::string> classes = tensor_classes(g);
+  ASSERT_FALSE((*loop)->schedule().ssd_codecs.empty()) << "the measured figures coded nothing";
+  bool relu = false;
+  for (const TensorCodec& c : (*loop)->schedule().ssd_codecs) {
+    const std::string& cls = classes[static_cast<size_t>(c.tensor)];
+    relu = relu || cls == "relu/activation";
+    double ratio = 1;
+    for (const CodecFigure& f : (*loop)->measured()->codecs)
+      if (f.tensor_class == cls && f.codec == c.codec) ratio = f.estimate.ratio;
+    EXPECT_LT(ratio, 1.0) << cls << " coded with " << to_string(c.codec) << ", which does not shrink it";
+  }
+  EXPECT_TRUE(relu) << "the ReLU outputs (half zeros) are not coded";
+  EXPECT_LE((*loop)->measured_peak_bytes(), budget);
+  EXPECT_EQ(0, std::memcmp(losses.data(), want.losses.data(), sizeof(float) * kIters));
+}
+
 TEST(TrainingLoop, KnownFiguresAreNotMeasuredAgain) {
   const Graph g = model();
   auto backend = make_backend("cpu").value();

@@ -11,7 +11,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <random>
+#include <set>
 
+#include "graph/zoo/zoo.h"
 #include "plan/ferry/bound.h"
 #include "plan/ferry/exact.h"
 #include "plan/ferry/ferry_planner.h"
@@ -40,14 +42,25 @@ struct Case {
   uint64_t seed;
   double fraction;
   Tier tier;
+  bool codecs = false;  // measured codec figures: every class compresses to 40%, the disk is slow
 };
+
+// Codec figures for every class of `g`: ratio 0.4, encoding at 1000 B/us, decoding at 2000 B/us
+// (round_profile's disk writes 250 B/us and reads 500 B/us, so coding pays).
+CostModel codec_cost(const Graph& g) {
+  std::vector<CodecFigure> figures;
+  for (const std::string& cls : tensor_classes(g))
+    if (std::none_of(figures.begin(), figures.end(), [&](const CodecFigure& f) { return f.tensor_class == cls; }))
+      figures.push_back({cls, CodecId::kLz4, CodecEstimate{0.4, 1e9, 2e9, 1}});
+  return CostModel(cost_test::round_profile(), CostOptions{.codecs = figures});
+}
 
 class BoundExactFerry : public ::testing::TestWithParam<Case> {};
 
 TEST_P(BoundExactFerry, BoundBelowExactBelowFerry) {
   const Case c = GetParam();
   const Chain chain = random_chain(c.seed);
-  const CostModel cost = round_cost();
+  const CostModel cost = c.codecs ? codec_cost(chain.g()) : round_cost();
   PlanContext ctx{.graph = chain.g(), .cost = cost, .tier = c.tier};
   ctx.options.checkmate_time_limit_s = 60;
   const uint64_t full = policy_test::must_plan("none", ctx).device_bytes;
@@ -98,14 +111,69 @@ TEST_P(BoundExactFerry, BoundBelowExactBelowFerry) {
 std::vector<Case> cases() {
   std::vector<Case> out;
   for (uint64_t seed = 1; seed <= 8; ++seed)
-    for (double fraction : {0.85, 0.7, 0.55}) out.push_back({seed, fraction, seed % 3 == 0 ? Tier::kSsd : Tier::kHost});
+    for (double fraction : {0.85, 0.7, 0.55}) {
+      out.push_back({seed, fraction, seed % 3 == 0 ? Tier::kSsd : Tier::kHost});
+      if (seed % 3 == 0) out.push_back({seed, fraction, Tier::kSsd, true});
+    }
   return out;
 }
 
 INSTANTIATE_TEST_SUITE_P(Chains, BoundExactFerry, ::testing::ValuesIn(cases()), [](const auto& info) {
-  return fmt::format("seed{}_{}pct_{}", info.param.seed, static_cast<int>(info.param.fraction * 100),
-                     to_string(info.param.tier));
+  return fmt::format("seed{}_{}pct_{}{}", info.param.seed, static_cast<int>(info.param.fraction * 100),
+                     to_string(info.param.tier), info.param.codecs ? "_codecs" : "");
 });
+
+// Every policy's plan carries the SSD codecs (Schedule::ssd_codecs): with measured figures, the
+// codec the cost model picks for each tensor it swaps to the SSD tier, only where it pays (the
+// compressible class); a codec named in the context on every SSD copy; none off the SSD tier.
+TEST(FerryPlanner, PlansCarryTheCodecsOfTheirSsdCopies) {
+  ModelConfig config;
+  config.batch = 4;
+  const Graph g = build_model("resnet-mini", config).value();
+  const std::vector<CodecFigure> figures = {
+      {"relu/activation", CodecId::kZeroMask, CodecEstimate{0.5, 4e9, 8e9, 1}},
+      {"conv2d/activation", CodecId::kZeroMask, CodecEstimate{1.0, 4e9, 8e9, 1}},
+  };
+  HardwareProfile slow_disk = cost_test::round_profile();
+  const CostModel cost(slow_disk, CostOptions{.codecs = figures});
+  const std::vector<std::string> classes = tensor_classes(g);
+  PlanContext ctx{.graph = g, .cost = cost, .tier = Tier::kSsd};
+  const uint64_t full = policy_test::must_plan("none", ctx).device_bytes;
+  ctx.budget_bytes = full * 7 / 10;
+  for (const char* policy : {"ferry", "vdnn-all", "lru"}) {
+    SCOPED_TRACE(policy);
+    auto on_ssd = [](const Schedule& s) {
+      std::set<TensorId> out;
+      for (const auto* lists : {&s.before, &s.after})
+        for (const auto& v : *lists)
+          for (const Action& a : v)
+            if (a.kind == ActionKind::kSwapOut && a.tier == Tier::kSsd) out.insert(a.tensor);
+      for (const Offload& o : s.offloaded)
+        if (o.tier == Tier::kSsd) out.insert(o.tensor);
+      return out;
+    };
+    const PlanReport chosen = policy_test::must_plan(policy, ctx);
+    const std::set<TensorId> swapped = on_ssd(chosen.schedule);
+    ASSERT_FALSE(swapped.empty());
+    size_t relu_swapped = 0;
+    for (TensorId t : swapped) relu_swapped += classes[static_cast<size_t>(t)] == "relu/activation";
+    EXPECT_EQ(chosen.schedule.ssd_codecs.size(), relu_swapped) << "exactly the ReLU outputs it swaps";
+    for (const TensorCodec& c : chosen.schedule.ssd_codecs) {
+      EXPECT_EQ(c.codec, CodecId::kZeroMask);
+      EXPECT_EQ(classes[static_cast<size_t>(c.tensor)], "relu/activation");
+      EXPECT_TRUE(swapped.contains(c.tensor));
+    }
+    PlanContext forced = ctx;
+    forced.ssd_codec = CodecId::kLz4;
+    const PlanReport all = policy_test::must_plan(policy, forced);
+    EXPECT_EQ(all.schedule.ssd_codecs.size(), on_ssd(all.schedule).size());
+    forced.ssd_codec = CodecId::kNone;
+    EXPECT_TRUE(policy_test::must_plan(policy, forced).schedule.ssd_codecs.empty());
+    PlanContext host = ctx;
+    host.tier = Tier::kHost;
+    EXPECT_TRUE(policy_test::must_plan(policy, host).schedule.ssd_codecs.empty());
+  }
+}
 
 // An executor that acts only through a framework's saved tensors (the PyTorch adapter): the plan
 // frees only the marked tensors, only between forward and backward, and never recomputes.

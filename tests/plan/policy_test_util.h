@@ -18,6 +18,7 @@
 #include "schedule/hand_schedule.h"
 #include "schedule/placement.h"
 #include "plan/policies.h"
+#include "plan/policy_common.h"
 #include "schedule/program.h"
 #include "schedule/schedule.h"
 #include "sim/simulator.h"
@@ -87,7 +88,9 @@ inline double simulated_us(const PlanContext& ctx, const Schedule& s) {
   so.record_timeline = false;
   so.timing_only = true;
   so.op_scratch_bytes = ctx.op_scratch_bytes;
-  Result<SimResult> r = simulate(ctx.graph, s, ctx.cost, so);
+  Schedule coded = s;  // with the SSD codecs plan_policy gives a plan (planners' attempts have none)
+  if (coded.ssd_codecs.empty()) attach_ssd_codecs(ssd_codec_choice(ctx), coded);
+  Result<SimResult> r = simulate(ctx.graph, coded, ctx.cost, so);
   EXPECT_TRUE(r.ok()) << r.status().message();
   return r.ok() ? r->iteration_us : 0;
 }

@@ -234,46 +234,39 @@ TEST(SsdCodecTest, LossyCodecAndHugeChunksAreRejected) {
   EXPECT_EQ(dir.entries(), std::vector<std::string>{});
 }
 
-// auto_codec: per class, each lossless codec is measured on the class's first chunk and the
-// tier's raw rates on its raw transfers; zeros then go coded, random bytes raw; every byte comes
-// back either way.
-TEST(SsdCodecAutoTest, ChoosesPerClassFromWhatItMeasured) {
+// Per-tensor codecs (tensor_codecs, as a plan's Schedule::ssd_codecs gives them) and codec
+// measurement (measure_codecs): each tensor is stored with its own codec and comes back bitwise;
+// the disk bytes are each codec's; every lossless codec is measured once per class, whatever the
+// class's tensors are stored with, and zeros measure as compressible, random bytes as not.
+TEST(SsdCodecPerTensorTest, StoresEachTensorWithItsCodecAndMeasuresEveryClass) {
   for (SsdIo io : {SsdIo::kUring, SsdIo::kThreads}) {
     TempDir dir;
     SsdTierOptions options = coded_options(dir, io, CodecId::kNone);
     options.chunk_bytes = 64 << 10;
-    options.auto_codec = true;
+    options.tensor_codecs = {CodecId::kNone, CodecId::kZeroMask, CodecId::kLz4,
+                             CodecId::kZstd, CodecId::kNone,     CodecId::kZeroMaskLz4};
+    options.measure_codecs = true;
     options.tensor_classes = {"random", "zeros", "random", "zeros", "random", "zeros"};
     auto tier = make_tier(options);
     ASSERT_NE(tier, nullptr);
+    EXPECT_TRUE(tier->codec_figures().empty());
     std::vector<std::vector<std::byte>> data;
     for (size_t i = 0; i < 6; ++i)
       data.push_back(i % 2 == 0 ? test::pattern_bytes(i, 1 << 20, 7) : std::vector<std::byte>((1 << 20) + 100));
     std::vector<SwapSlot> slots;
-    // Tensors 0 and 1 go raw (no rates measured yet) and are read back, which measures them.
     for (size_t i = 0; i < 6; ++i) {
       slots.push_back(*tier->reserve(static_cast<TensorId>(i), data[i].size()));
-      if (i == 2) {
-        EXPECT_TRUE(tier->codec_choices().empty());
-        EXPECT_EQ(tier->io_stats().disk_bytes_written, align_up(data[0].size(), 4096) + align_up(data[1].size(), 4096));
-        for (size_t k = 0; k < 2; ++k) {
-          std::vector<std::byte> back(data[k].size());
-          ASSERT_TRUE(tier->read(slots[k], std::span<std::byte>(back)).ok());
-          EXPECT_TRUE(back == data[k]);
-        }
-      }
       Status st = tier->write(slots[i], std::span<const std::byte>(data[i]));
       ASSERT_TRUE(st.ok()) << st.message();
     }
-    const std::vector<SsdCodecChoice> choices = tier->codec_choices();
-    ASSERT_EQ(choices.size(), 2u);
-    EXPECT_EQ(choices[0].tensor_class, "random");
-    EXPECT_EQ(choices[0].codec, CodecId::kNone);
-    EXPECT_EQ(choices[1].tensor_class, "zeros");
-    EXPECT_NE(choices[1].codec, CodecId::kNone);
-    EXPECT_LT(choices[1].ratio, 0.1);
-    EXPECT_GT(choices[1].write_bytes_per_s, 0);
-    EXPECT_LT(choices[1].predicted_seconds, choices[1].predicted_none_seconds);
+    const std::vector<CodecFigure> figures = tier->codec_figures();
+    ASSERT_EQ(figures.size(), 8u) << "4 codecs x 2 classes";
+    for (const CodecFigure& f : figures) {
+      EXPECT_EQ(f.estimate.samples, 1u) << "each class is measured once";
+      EXPECT_GT(f.estimate.encode_bytes_per_s, 0);
+      if (f.tensor_class == "zeros") EXPECT_LT(f.estimate.ratio, 0.1) << to_string(f.codec);
+      else EXPECT_GT(f.estimate.ratio, 0.99) << to_string(f.codec);
+    }
     const uint64_t before = tier->io_stats().disk_bytes_read;
     for (size_t i = 0; i < 6; ++i) {
       std::vector<std::byte> back(data[i].size(), std::byte{1});
@@ -281,11 +274,17 @@ TEST(SsdCodecAutoTest, ChoosesPerClassFromWhatItMeasured) {
       ASSERT_TRUE(st.ok()) << st.message();
       EXPECT_TRUE(back == data[i]) << "tensor " << i;
     }
-    // Tensors 0, 2, 4 (random) and 1 (zeros, stored before the choice) come back raw; 3 and 5
-    // (zeros, coded) in one 4 KiB block per chunk (17 chunks of 64 KiB each).
-    const uint64_t raw = 3 * align_up(1 << 20, 4096) + align_up((1 << 20) + 100, 4096);
-    EXPECT_EQ(tier->io_stats().disk_bytes_read - before, raw + 2 * 17 * 4096);
+    // Random tensors cross whole (raw, or coded chunks that did not shrink, stored raw); zeros,
+    // coded, in one 4 KiB block per chunk (17 chunks of 64 KiB each).
+    EXPECT_EQ(tier->io_stats().disk_bytes_read - before, 3 * (uint64_t{1} << 20) + 3 * 17 * 4096);
   }
+  // A lossy codec is not a plan's per-tensor codec.
+  TempDir dir;
+  SsdTierOptions options = coded_options(dir, SsdIo::kAuto, CodecId::kNone);
+  options.tensor_codecs = {CodecId::kBf16};
+  Result<std::unique_ptr<SsdTier>> lossy = SsdTier::create(options);
+  ASSERT_FALSE(lossy.ok());
+  EXPECT_NE(lossy.status().message().find("lossy"), std::string::npos) << lossy.status().message();
 }
 
 }  // namespace
@@ -299,10 +298,10 @@ namespace {
 // unmarked one comes back bitwise, with checksum mode on; corrupt lossy data is still an error.
 TEST(SsdLossyTest, MarkedTensorsComeBackRoundedInHalfTheBytesOthersExact) {
   for (SsdIo io : {SsdIo::kUring, SsdIo::kThreads}) {
-    for (bool auto_codec : {false, true}) {
+    for (bool measure : {false, true}) {
       TempDir dir;
       SsdTierOptions options = coded_options(dir, io, CodecId::kNone);
-      options.auto_codec = auto_codec;
+      options.measure_codecs = measure;
       options.lossy_tensors = {true, false};
       auto tier = make_tier(options);
       ASSERT_NE(tier, nullptr);

@@ -121,6 +121,17 @@ Result<LowerBound> plan_lower_bound(const PlanContext& ctx, const PlanFacts& fac
   const std::vector<GapSpec> gaps = planner::find_gaps(facts, acc, swaps);
   const bool ssd = ctx.tier == Tier::kSsd;
   auto leg = [&](Link l, uint64_t bytes) { return ctx.cost.link(l).time_us(bytes); };
+  // A tensor's SSD leg: the fastest of raw and every codec measured on its class (the plan's codec
+  // is one of them), so that the bound holds whichever codec a plan gives it.
+  const std::vector<std::string> classes = ctx.cost.has_codec_figures() ? tensor_classes(g) : std::vector<std::string>{};
+  auto ssd_leg = [&](Direction d, TensorId t) {
+    const uint64_t bytes = g.tensor(t).bytes;
+    const LinkCost l = ctx.cost.link(d == Direction::kSwapOut ? Link::kSsdWrite : Link::kSsdRead);
+    double data = l.data_us(bytes);
+    if (!classes.empty())
+      for (CodecId c : kLosslessCodecs) data = std::min(data, ctx.cost.ssd_data_us(d, bytes, c, classes[static_cast<size_t>(t)]));
+    return l.latency_us + data;
+  };
 
   const std::vector<size_t> steps = binding_steps(live, ctx.budget_bytes, o.max_constrained_steps);
   LinearProgram lp;
@@ -131,12 +142,12 @@ Result<LowerBound> plan_lower_bound(const PlanContext& ctx, const PlanFacts& fac
   auto add_out = [&](int col, TensorId t) {
     const uint64_t bytes = g.tensor(t).bytes;
     d2h.emplace_back(col, leg(Link::kDeviceToHost, bytes));
-    if (ssd) ssd_write.emplace_back(col, leg(Link::kSsdWrite, bytes));
+    if (ssd) ssd_write.emplace_back(col, ssd_leg(Direction::kSwapOut, t));
   };
   auto add_in = [&](int col, TensorId t) {
     const uint64_t bytes = g.tensor(t).bytes;
     h2d.emplace_back(col, leg(Link::kHostToDevice, bytes));
-    if (ssd) ssd_read.emplace_back(col, leg(Link::kSsdRead, bytes));
+    if (ssd) ssd_read.emplace_back(col, ssd_leg(Direction::kSwapIn, t));
   };
   // Persistent tensors first: their cyclic gap's column is the offload decision.
   for (const GapSpec& c : gaps) {
@@ -187,7 +198,8 @@ Result<LowerBound> plan_lower_bound(const PlanContext& ctx, const PlanFacts& fac
   // The slowest leg's rate bounds how fast bytes can leave and come back (MiB per microsecond).
   auto rate = [&](Link a, Link b) {
     double r = ctx.cost.link(a).bytes_per_us;
-    if (ssd) r = std::min(r, ctx.cost.link(b).bytes_per_us);
+    // A codec moves at least min_codec_ratio of a tensor's bytes over the disk.
+    if (ssd) r = std::min(r, ctx.cost.link(b).bytes_per_us / ctx.cost.min_codec_ratio());
     return r / kMiB;
   };
   const double out_rate = rate(Link::kDeviceToHost, Link::kSsdWrite);

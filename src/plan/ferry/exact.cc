@@ -57,10 +57,8 @@ class ExactModel {
  private:
   size_t idx(TensorId t) const { return static_cast<size_t>(t); }
   bool swaps() const { return !ctx_.recompute_only; }
-  double in_us(TensorId t) const { return ctx_.cost.transfer_us(Direction::kSwapIn, ctx_.tier, g_.tensor(t).bytes); }
-  double out_us(TensorId t) const {
-    return ctx_.cost.transfer_us(Direction::kSwapOut, ctx_.tier, g_.tensor(t).bytes);
-  }
+  double in_us(TensorId t) const { return f_.transfer_us(ctx_.cost, Direction::kSwapIn, ctx_.tier, t); }
+  double out_us(TensorId t) const { return f_.transfer_us(ctx_.cost, Direction::kSwapOut, ctx_.tier, t); }
 
   // Steps a transient tensor may be on the device: from its production to its horizon (its last
   // use, or later where it feeds the recompute of a tensor that lives later).
@@ -329,7 +327,7 @@ Result<double> stage_time(const PlanContext& ctx, const PlanFacts& facts, const 
     switch (i.kind) {
       case InstrKind::kRun: compute[s] += facts.op_us[static_cast<size_t>(i.op)]; break;
       case InstrKind::kSwapIn:
-        (reads(i.step, i.tensor) ? compute : in)[s] += ctx.cost.transfer_us(Direction::kSwapIn, i.tier, i.bytes);
+        (reads(i.step, i.tensor) ? compute : in)[s] += facts.transfer_us(ctx.cost, Direction::kSwapIn, i.tier, i.tensor);
         break;
       case InstrKind::kSwapOut: out_step[static_cast<size_t>(i.tensor)] = i.step; break;
       case InstrKind::kRelease:
@@ -338,7 +336,7 @@ Result<double> stage_time(const PlanContext& ctx, const PlanFacts& facts, const 
         // during the next stage.
         OpId& issued = out_step[static_cast<size_t>(i.tensor)];
         if (issued == kNoOp) break;
-        const double us = ctx.cost.transfer_us(Direction::kSwapOut, i.tier, i.bytes);
+        const double us = facts.transfer_us(ctx.cost, Direction::kSwapOut, i.tier, i.tensor);
         if (issued == i.step || static_cast<size_t>(issued) + 1 >= n)
           compute[static_cast<size_t>(issued)] += us;
         else
@@ -351,7 +349,7 @@ Result<double> stage_time(const PlanContext& ctx, const PlanFacts& facts, const 
   }
   for (size_t t = 0; t < out_step.size(); ++t) {  // copies never released (they die or stay)
     if (out_step[t] == kNoOp) continue;
-    const double us = ctx.cost.transfer_us(Direction::kSwapOut, ctx.tier, g.tensors[t].bytes);
+    const double us = facts.transfer_us(ctx.cost, Direction::kSwapOut, ctx.tier, static_cast<TensorId>(t));
     if (static_cast<size_t>(out_step[t]) + 1 >= n)
       compute[static_cast<size_t>(out_step[t])] += us;
     else

@@ -311,8 +311,8 @@ class Planner {
     }
   }
 
-  double out_us(TensorId t) const { return ctx_.cost.transfer_us(Direction::kSwapOut, ctx_.tier, g_.tensor(t).bytes); }
-  double in_us(TensorId t) const { return ctx_.cost.transfer_us(Direction::kSwapIn, ctx_.tier, g_.tensor(t).bytes); }
+  double out_us(TensorId t) const { return f_.transfer_us(ctx_.cost, Direction::kSwapOut, ctx_.tier, t); }
+  double in_us(TensorId t) const { return f_.transfer_us(ctx_.cost, Direction::kSwapIn, ctx_.tier, t); }
 
   // A lower bound of the gap's score: its cheapest option with no booking conflicts.
   CandidateKey static_key(int id) const {
