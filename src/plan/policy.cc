@@ -251,6 +251,7 @@ Result<PlanReport> plan_policy(std::string_view policy, const PlanContext& ctx) 
   PlanReport r;
   r.schedule = std::move(a.schedule);
   attach_ssd_codecs(facts.ssd_codec, r.schedule);
+  FERRY_RETURN_IF_ERROR(keep_codecs_that_pay(ctx, facts, r.schedule));
   r.device_bytes = a.measure.device_bytes;
   r.live_peak_bytes = a.measure.live_peak_bytes;
   r.swapped_tensors = a.measure.swapped_tensors;

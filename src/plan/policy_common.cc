@@ -493,7 +493,8 @@ size_t close_recompute_sources(const PlanFacts& facts, std::vector<bool>& droppe
   return added;
 }
 
-Result<SimResult> simulate_for_planning(const PlanContext& ctx, const PlanFacts& facts, const Program& program) {
+Result<SimResult> simulate_for_planning(const PlanContext& ctx, const PlanFacts& facts, const Program& program,
+                                        bool with_codecs) {
   SimOptions so;
   so.budget_bytes = 0;  // memory is judged by measure_schedule(); time does not depend on the budget
   so.op_scratch_bytes = facts.program_options.op_scratch_bytes;
@@ -504,7 +505,7 @@ Result<SimResult> simulate_for_planning(const PlanContext& ctx, const PlanFacts&
   so.timing_only = true;  // memory is not its question
   Program unbudgeted = program;
   unbudgeted.budget_bytes = 0;
-  if (unbudgeted.ssd_codecs.empty() && !facts.tensor_class.empty()) {
+  if (unbudgeted.ssd_codecs.empty() && with_codecs && !facts.tensor_class.empty()) {
     // Predicted with the codecs its plan will carry (attach_ssd_codecs, on the program).
     std::vector<bool> on_ssd(facts.ssd_codec.size(), false);
     for (const Instruction& in : program.instructions)
@@ -515,18 +516,23 @@ Result<SimResult> simulate_for_planning(const PlanContext& ctx, const PlanFacts&
       if (on_ssd[t] && facts.ssd_codec[t] != CodecId::kNone)
         unbudgeted.ssd_codecs.push_back({static_cast<TensorId>(t), facts.ssd_codec[t]});
   }
+  if (!with_codecs) unbudgeted.ssd_codecs.clear();
   return simulate_program(ctx.graph, unbudgeted, ctx.cost, so);
 }
 
-Result<SimResult> simulate_for_planning(const PlanContext& ctx, const PlanFacts& facts, const Schedule& schedule) {
-  if (facts.tensor_class.empty() || !schedule.ssd_codecs.empty()) {
-    FERRY_ASSIGN_OR_RETURN(Program program, lower_schedule(facts.g(), schedule, facts.program_options));
-    return simulate_for_planning(ctx, facts, program);
-  }
-  Schedule coded = schedule;  // predicted with the codecs its plan will carry
-  attach_ssd_codecs(facts.ssd_codec, coded);
-  FERRY_ASSIGN_OR_RETURN(Program program, lower_schedule(facts.g(), coded, facts.program_options));
-  return simulate_for_planning(ctx, facts, program);
+Result<SimResult> simulate_for_planning(const PlanContext& ctx, const PlanFacts& facts, const Schedule& schedule,
+                                        bool with_codecs) {
+  FERRY_ASSIGN_OR_RETURN(Program program, lower_schedule(facts.g(), schedule, facts.program_options));
+  return simulate_for_planning(ctx, facts, program, with_codecs);
+}
+
+Status keep_codecs_that_pay(const PlanContext& ctx, const PlanFacts& facts, Schedule& s) {
+  if (ctx.ssd_codec || s.ssd_codecs.empty()) return Status::Ok();
+  FERRY_ASSIGN_OR_RETURN(Program program, lower_schedule(facts.g(), s, facts.program_options));
+  FERRY_ASSIGN_OR_RETURN(SimResult coded, simulate_for_planning(ctx, facts, program, true));
+  FERRY_ASSIGN_OR_RETURN(SimResult raw, simulate_for_planning(ctx, facts, program, false));
+  if (coded.iteration_us >= (1 - kCodecMinGain) * raw.iteration_us) s.ssd_codecs.clear();
+  return Status::Ok();
 }
 
 Schedule empty_schedule(const PlanContext& ctx, std::string_view policy) {

@@ -128,10 +128,22 @@ Result<Schedule> complete_schedule(const PlanFacts& facts, Schedule intent);
 size_t close_recompute_sources(const PlanFacts& facts, std::vector<bool>& dropped);
 
 // The simulator's prediction of `program` (no timeline; per-step starts and per-tensor swap-in
-// waits recorded): the one timing model, shared with `ferry plan`.
-Result<SimResult> simulate_for_planning(const PlanContext& ctx, const PlanFacts& facts, const Program& program);
+// waits recorded): the one timing model, shared with `ferry plan`. A program without SSD codecs is
+// predicted with those its plan will carry (attach_ssd_codecs with facts.ssd_codec), unless
+// !with_codecs: then every SSD copy is predicted raw.
+Result<SimResult> simulate_for_planning(const PlanContext& ctx, const PlanFacts& facts, const Program& program,
+                                        bool with_codecs = true);
 // The same for a schedule: lowered with the facts' program options, then simulated.
-Result<SimResult> simulate_for_planning(const PlanContext& ctx, const PlanFacts& facts, const Schedule& schedule);
+Result<SimResult> simulate_for_planning(const PlanContext& ctx, const PlanFacts& facts, const Schedule& schedule,
+                                        bool with_codecs = true);
+
+// With `--codec auto` (ctx.ssd_codec unset), a plan keeps its SSD codecs only where they pay: when
+// the simulator predicts the iteration with them more than kCodecMinGain faster than with every
+// copy raw; else it clears s.ssd_codecs. Coding a copy whose transfer is hidden behind compute
+// gains nothing and, on a CPU backend, takes cores from the compute threads (which the model does
+// not charge).
+inline constexpr double kCodecMinGain = 0.01;
+Status keep_codecs_that_pay(const PlanContext& ctx, const PlanFacts& facts, Schedule& s);
 
 // What one policy run produced: a complete schedule, its measure, and notes. `fits` compares
 // the measure with the budget (always true for an unlimited budget).

@@ -125,7 +125,8 @@ INSTANTIATE_TEST_SUITE_P(Chains, BoundExactFerry, ::testing::ValuesIn(cases()), 
 
 // Every policy's plan carries the SSD codecs (Schedule::ssd_codecs): with measured figures, the
 // codec the cost model picks for each tensor it swaps to the SSD tier, only where it pays (the
-// compressible class); a codec named in the context on every SSD copy; none off the SSD tier.
+// compressible class); a codec named in the context on every SSD copy; none off the SSD tier, and
+// none where coding would not make the iteration faster.
 TEST(FerryPlanner, PlansCarryTheCodecsOfTheirSsdCopies) {
   ModelConfig config;
   config.batch = 4;
@@ -173,6 +174,16 @@ TEST(FerryPlanner, PlansCarryTheCodecsOfTheirSsdCopies) {
     host.tier = Tier::kHost;
     EXPECT_TRUE(policy_test::must_plan(policy, host).schedule.ssd_codecs.empty());
   }
+  // Where every transfer hides behind compute (ops of 100 ms), coding gains nothing: `auto` plans
+  // carry no codec (keep_codecs_that_pay), a named codec is still applied.
+  Graph slow = g;
+  for (Op& op : slow.ops) op.time_us = 1e5;
+  PlanContext hidden{.graph = slow, .cost = cost, .budget_bytes = ctx.budget_bytes, .tier = Tier::kSsd};
+  const PlanReport plain = policy_test::must_plan("vdnn-all", hidden);
+  EXPECT_FALSE(plain.schedule.distinct_tensors(ActionKind::kSwapOut) == 0);
+  EXPECT_TRUE(plain.schedule.ssd_codecs.empty());
+  hidden.ssd_codec = CodecId::kZeroMask;
+  EXPECT_FALSE(policy_test::must_plan("vdnn-all", hidden).schedule.ssd_codecs.empty());
 }
 
 // An executor that acts only through a framework's saved tensors (the PyTorch adapter): the plan
