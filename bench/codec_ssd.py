@@ -13,10 +13,11 @@ bytes the SSD tier wrote and read per iteration (measured by the tier's own requ
 their ratio to `none`, and whether every codec's losses are bitwise those of `none` (they must be:
 the codecs are lossless). Each round also runs the model without a plan (no budget, nothing
 swapped): the `x unconstrained` column is each codec's paired ratio to that run (issue 14's target
-is stated against it). All processes share one fresh profile cache (a temporary XDG_CACHE_HOME):
-the first measures the machine, the others plan from its figures, as a user's second run would;
-`auto` codes from the codec figures its SSD tier measured (docs/codecs.md). Nothing here is a
-test: it asserts no time.
+is stated against it). Every process plans from the same figures: one calibration process per
+budget (`--codec auto`, a fresh profile cache) measures the machine, its op, link and codec
+figures (docs/codecs.md), and every timed process plans once from that file (`--profile FILE
+--static-plan`), so the codecs are compared on one set of figures rather than on whatever each
+process measured. Nothing here is a test: it asserts no time.
 """
 import argparse
 import json
@@ -26,8 +27,10 @@ import sys
 import time
 
 
-def run(ferry, model, budget, codec, iters, ssd_dir):
+def run(ferry, model, budget, codec, iters, ssd_dir, figures=None):
     plan = ["--policy", "ferry", "--tier", "ssd", "--budget", budget, "--codec", codec, "--ssd-dir", ssd_dir]
+    if figures:
+        plan += ["--profile", figures, "--static-plan"]
     cmd = [ferry, "train", *model.split(), *(plan if codec != "unconstrained" else []),
            "--iters", str(iters), "--no-progress", "--json"]
     t0 = time.time()
@@ -51,9 +54,9 @@ def main():
     ap.add_argument("--ssd-dir", default="/tmp")
     ap.add_argument("--quick", action="store_true", help="1 round of 3 iterations")
     a = ap.parse_args()
+    import glob
     import os
     import tempfile
-    os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="ferry-codec-bench-")
     if a.quick:
         a.rounds, a.iters = 1, 3
     codecs = a.codecs.split(",")
@@ -67,11 +70,20 @@ def main():
         times = {c: [] for c in codecs + ["unconstrained"]}
         round_medians = {c: [] for c in codecs + ["unconstrained"]}
         written, read, losses, swapped, choices = {}, {}, {}, {}, {}
+        # Calibration: measures op, link and codec figures into a fresh cache; the file is the
+        # figures every timed process plans from.
+        os.environ["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="ferry-codec-bench-")
+        cal = run(a.ferry, a.model, budget, "auto", 4, a.ssd_dir)
+        files = glob.glob(os.path.join(os.environ["XDG_CACHE_HOME"], "ferry", "profiles", "*.json"))
+        if len(files) != 1:
+            sys.exit(f"calibration left {len(files)} profile files in {os.environ['XDG_CACHE_HOME']}")
+        figures = files[0]
+        measured_codecs = [c for c in cal.get("codec_figures", []) if c["ratio"] < 0.9]
         for r in range(a.rounds):
             everyone = codecs + ["unconstrained"]
             order = everyone[r % len(everyone):] + everyone[:r % len(everyone)]
             for c in order:
-                j = run(a.ferry, a.model, budget, c, a.iters, a.ssd_dir)
+                j = run(a.ferry, a.model, budget, c, a.iters, a.ssd_dir, None if c == "unconstrained" else figures)
                 it = [x["time_ms"] for x in j["iterations"][1:]]
                 times[c] += it
                 round_medians[c].append(statistics.median(it))
@@ -89,6 +101,9 @@ def main():
                 budget_bytes = j["budget_bytes"]
         print(f"## budget {budget} ({budget_bytes / 2**20:.1f} MiB), tensors swapped out per iteration "
               f"{swapped['none'] / 2**20:.1f} MiB\n")
+        print("Figures: measured by one calibration process (`--codec auto`, 4 iterations); codecs measured to "
+              "shrink a class below 0.9: " + (", ".join(f"{c['class']} {c['codec']} {c['ratio']:.2f}" for c in measured_codecs)
+                                             or "none") + ".\n")
         mu = statistics.median(times["unconstrained"])
         print(f"Unconstrained (no plan, nothing swapped): median {mu:.0f} ms per iteration.\n")
         print("| codec | median iter ms | x none | paired x none per round | median paired | x unconstrained (median "

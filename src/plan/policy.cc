@@ -251,7 +251,17 @@ Result<PlanReport> plan_policy(std::string_view policy, const PlanContext& ctx) 
   PlanReport r;
   r.schedule = std::move(a.schedule);
   attach_ssd_codecs(facts.ssd_codec, r.schedule);
-  FERRY_RETURN_IF_ERROR(keep_codecs_that_pay(ctx, facts, r.schedule));
+  if (!ctx.ssd_codec && !r.schedule.ssd_codecs.empty()) {
+    // --codec auto: the coded plan must beat the raw one (kCodecMinGain).
+    PlanContext raw_ctx = ctx;
+    raw_ctx.ssd_codec = CodecId::kNone;
+    Result<PlanReport> raw = plan_policy(policy, raw_ctx);
+    if (raw.ok()) {
+      FERRY_ASSIGN_OR_RETURN(SimResult coded_sim, simulate_for_planning(ctx, facts, r.schedule));
+      FERRY_ASSIGN_OR_RETURN(SimResult raw_sim, simulate_for_planning(ctx, facts, raw->schedule, false));
+      if (coded_sim.iteration_us >= (1 - kCodecMinGain) * raw_sim.iteration_us) return raw;
+    }
+  }
   r.device_bytes = a.measure.device_bytes;
   r.live_peak_bytes = a.measure.live_peak_bytes;
   r.swapped_tensors = a.measure.swapped_tensors;

@@ -526,15 +526,6 @@ Result<SimResult> simulate_for_planning(const PlanContext& ctx, const PlanFacts&
   return simulate_for_planning(ctx, facts, program, with_codecs);
 }
 
-Status keep_codecs_that_pay(const PlanContext& ctx, const PlanFacts& facts, Schedule& s) {
-  if (ctx.ssd_codec || s.ssd_codecs.empty()) return Status::Ok();
-  FERRY_ASSIGN_OR_RETURN(Program program, lower_schedule(facts.g(), s, facts.program_options));
-  FERRY_ASSIGN_OR_RETURN(SimResult coded, simulate_for_planning(ctx, facts, program, true));
-  FERRY_ASSIGN_OR_RETURN(SimResult raw, simulate_for_planning(ctx, facts, program, false));
-  if (coded.iteration_us >= (1 - kCodecMinGain) * raw.iteration_us) s.ssd_codecs.clear();
-  return Status::Ok();
-}
-
 Schedule empty_schedule(const PlanContext& ctx, std::string_view policy) {
   Schedule s = Schedule::keep_all(ctx.graph.ops.size());
   s.policy = std::string(policy);

@@ -137,13 +137,12 @@ Result<SimResult> simulate_for_planning(const PlanContext& ctx, const PlanFacts&
 Result<SimResult> simulate_for_planning(const PlanContext& ctx, const PlanFacts& facts, const Schedule& schedule,
                                         bool with_codecs = true);
 
-// With `--codec auto` (ctx.ssd_codec unset), a plan keeps its SSD codecs only where they pay: when
-// the simulator predicts the iteration with them more than kCodecMinGain faster than with every
-// copy raw; else it clears s.ssd_codecs. Coding a copy whose transfer is hidden behind compute
-// gains nothing and, on a CPU backend, takes cores from the compute threads (which the model does
-// not charge).
+// With `--codec auto` (ctx.ssd_codec unset), plan_policy keeps a plan made with codecs only when
+// the simulator predicts its iteration more than this much faster than the plan the same policy
+// makes with every copy raw; else it returns the raw plan. Coding a copy whose transfer hides
+// behind compute gains nothing and, on a CPU backend, takes cores from the compute threads (which
+// the model does not charge).
 inline constexpr double kCodecMinGain = 0.01;
-Status keep_codecs_that_pay(const PlanContext& ctx, const PlanFacts& facts, Schedule& s);
 
 // What one policy run produced: a complete schedule, its measure, and notes. `fits` compares
 // the measure with the budget (always true for an unlimited budget).

@@ -175,7 +175,7 @@ TEST(FerryPlanner, PlansCarryTheCodecsOfTheirSsdCopies) {
     EXPECT_TRUE(policy_test::must_plan(policy, host).schedule.ssd_codecs.empty());
   }
   // Where every transfer hides behind compute (ops of 100 ms), coding gains nothing: `auto` plans
-  // carry no codec (keep_codecs_that_pay), a named codec is still applied.
+  // carry no codec (the raw plan is as fast), a named codec is still applied.
   Graph slow = g;
   for (Op& op : slow.ops) op.time_us = 1e5;
   PlanContext hidden{.graph = slow, .cost = cost, .budget_bytes = ctx.budget_bytes, .tier = Tier::kSsd};
