@@ -27,7 +27,8 @@
 //   than 5%, else raw. A codec without a figure for the tensor's class is predicted as raw.
 //
 // The model is immutable after construction and cheap to copy; all queries are const and O(1)
-// (op_cost is O(op inputs + outputs) for the dtype lookup).
+// (op_cost is O(op inputs + outputs) for the dtype lookup; the codec queries scan the codec figures,
+// a few per class of tensor).
 #pragma once
 
 #include <array>

@@ -109,17 +109,6 @@ std::optional<E> from_names(const std::array<std::string_view, N>& names, std::s
 }  // namespace
 
 std::string_view to_string(OpType t) { return kOpNames[static_cast<size_t>(t)]; }
-std::vector<std::string> tensor_classes(const Graph& g) {
-  std::vector<std::string> classes(g.tensors.size());
-  for (const Op& op : g.ops)
-    for (TensorId t : op.outputs)
-      if (classes[static_cast<size_t>(t)].empty())
-        classes[static_cast<size_t>(t)] = std::string(to_string(op.type)) + "/" + std::string(to_string(g.tensor(t).role));
-  for (const Tensor& t : g.tensors)
-    if (classes[static_cast<size_t>(t.id)].empty()) classes[static_cast<size_t>(t.id)] = "input/" + std::string(to_string(t.role));
-  return classes;
-}
-
 std::string_view to_string(TensorRole r) { return kRoleNames[static_cast<size_t>(r)]; }
 std::string_view to_string(Phase p) { return kPhaseNames[static_cast<size_t>(p)]; }
 std::string_view to_string(DType d) { return kDTypeNames[static_cast<size_t>(d)]; }
@@ -251,6 +240,17 @@ uint64_t Graph::total_flops() const {
   uint64_t n = 0;
   for (const Op& op : ops) n += op.flops;
   return n;
+}
+
+std::vector<std::string> tensor_classes(const Graph& g) {
+  std::vector<std::string> classes(g.tensors.size());
+  for (const Op& op : g.ops)
+    for (TensorId t : op.outputs)
+      if (classes[static_cast<size_t>(t)].empty())
+        classes[static_cast<size_t>(t)] = std::string(to_string(op.type)) + "/" + std::string(to_string(g.tensor(t).role));
+  for (const Tensor& t : g.tensors)
+    if (classes[static_cast<size_t>(t.id)].empty()) classes[static_cast<size_t>(t.id)] = "input/" + std::string(to_string(t.role));
+  return classes;
 }
 
 }  // namespace ferry

@@ -216,6 +216,20 @@ Result<uint64_t> min_budget(const Entry& e, const PlanContext& ctx, const PlanFa
   return lowest;
 }
 
+PlanReport report_of(PlanAttempt&& a) {
+  PlanReport r;
+  r.schedule = std::move(a.schedule);
+  r.device_bytes = a.measure.device_bytes;
+  r.live_peak_bytes = a.measure.live_peak_bytes;
+  r.swapped_tensors = a.measure.swapped_tensors;
+  r.recomputed_tensors = a.measure.recomputed_tensors;
+  r.notes = std::move(a.notes);
+  r.solve_seconds = a.solve_seconds;
+  r.mip_gap = a.mip_gap;
+  r.proven_optimal = a.proven_optimal;
+  return r;
+}
+
 }  // namespace
 
 const std::vector<PolicyInfo>& list_policies() {
@@ -248,29 +262,23 @@ Result<PlanReport> plan_policy(std::string_view policy, const PlanContext& ctx) 
         format_bytes(a.measure.device_bytes), a.measure.device_bytes, a.notes.empty() ? "" : " (" + a.notes + ")",
         e->info.name, format_bytes(need), need, percent_of_none(need, facts), format_bytes(facts.none_device_bytes)));
   }
-  PlanReport r;
-  r.schedule = std::move(a.schedule);
-  attach_ssd_codecs(facts.ssd_codec, r.schedule);
-  if (!ctx.ssd_codec && !r.schedule.ssd_codecs.empty()) {
-    // --codec auto: the coded plan must beat the raw one (kCodecMinGain).
+  attach_ssd_codecs(facts.ssd_codec, a.schedule);
+  if (!ctx.ssd_codec && !a.schedule.ssd_codecs.empty()) {
+    // --codec auto: the coded plan must beat the one the policy makes raw (kCodecMinGain), which
+    // is planned on the same facts without codecs.
     PlanContext raw_ctx = ctx;
     raw_ctx.ssd_codec = CodecId::kNone;
-    Result<PlanReport> raw = plan_policy(policy, raw_ctx);
-    if (raw.ok()) {
-      FERRY_ASSIGN_OR_RETURN(SimResult coded_sim, simulate_for_planning(ctx, facts, r.schedule));
-      FERRY_ASSIGN_OR_RETURN(SimResult raw_sim, simulate_for_planning(ctx, facts, raw->schedule, false));
-      if (coded_sim.iteration_us >= (1 - kCodecMinGain) * raw_sim.iteration_us) return raw;
+    PlanFacts raw_facts = facts;
+    raw_facts.ssd_codec.assign(raw_facts.ssd_codec.size(), CodecId::kNone);
+    raw_facts.tensor_class.clear();
+    FERRY_ASSIGN_OR_RETURN(PlanAttempt raw, attempt_at(*e, raw_ctx, raw_facts, ctx.budget_bytes));
+    if (raw.fits) {
+      FERRY_ASSIGN_OR_RETURN(SimResult coded_sim, simulate_for_planning(ctx, facts, a.schedule));
+      FERRY_ASSIGN_OR_RETURN(SimResult raw_sim, simulate_for_planning(raw_ctx, raw_facts, raw.schedule));
+      if (coded_sim.iteration_us >= (1 - kCodecMinGain) * raw_sim.iteration_us) return report_of(std::move(raw));
     }
   }
-  r.device_bytes = a.measure.device_bytes;
-  r.live_peak_bytes = a.measure.live_peak_bytes;
-  r.swapped_tensors = a.measure.swapped_tensors;
-  r.recomputed_tensors = a.measure.recomputed_tensors;
-  r.notes = std::move(a.notes);
-  r.solve_seconds = a.solve_seconds;
-  r.mip_gap = a.mip_gap;
-  r.proven_optimal = a.proven_optimal;
-  return r;
+  return report_of(std::move(a));
 }
 
 Result<Schedule> make_schedule(std::string_view policy, const PlanContext& ctx) {

@@ -270,9 +270,9 @@ class Capuchin {
   // Moves the triggers of swap-ins that stall one step earlier per round while the plan fits.
   Status feedback(uint64_t target, PlanAttempt& accepted) {
     for (int round = 0; round < kFeedbackRounds; ++round) {
-      Result<Program> program = lower_schedule(g_, accepted.schedule, f_.program_options);
-      if (!program.ok()) return Status::Internal(program.status().message());
-      FERRY_ASSIGN_OR_RETURN(SimResult e, simulate_for_planning(ctx_, f_, *program));
+      Result<SimResult> sim = simulate_for_planning(ctx_, f_, accepted.schedule);
+      if (!sim.ok()) return Status::Internal(sim.status().message());  // its own schedule: a bug
+      const SimResult& e = *sim;
       std::vector<OpId> before = swap_in_at_;
       bool moved = false;
       for (const Tensor& t : g_.tensors) {

@@ -53,15 +53,13 @@ class Completion {
     }
     const bool has_intent = !in_.before.empty();
     host_op_.assign(n, false);
-    for (const Op& op : g_.ops)
-      if ((op.type == OpType::kSgdUpdate || op.type == OpType::kAdamUpdate) && op.inputs.size() > 1)
-        update_of_[op.inputs[1]] = op.id;
+    updates_ = UpdateOps(g_);
     if (has_intent)
       for (const auto* lists : {&in_.before, &in_.after})
         for (const auto& list : *lists)
           for (const Action& a : list)
             if (a.kind == ActionKind::kHostUpdate)
-              if (OpId u = update_of(a.tensor); u != kNoOp) host_op_[static_cast<size_t>(u)] = true;
+              if (OpId u = updates_.of(a.tensor); u != kNoOp) host_op_[static_cast<size_t>(u)] = true;
     for (OpId i = 0; i < static_cast<OpId>(n); ++i) {
       if (has_intent)
         for (const Action& a : in_.before[static_cast<size_t>(i)]) FERRY_RETURN_IF_ERROR(apply(i, a, out_.before[i]));
@@ -141,7 +139,7 @@ class Completion {
   // The update's operands leave the device where they have a valid copy (a release is free);
   // anything else is the planner's bug.
   Status host_update(OpId step, const Action& a, std::vector<Action>& list) {
-    const OpId u = update_of(a.tensor);
+    const OpId u = updates_.of(a.tensor);
     if (u == kNoOp) return bug(step, a, "no optimizer update reads it as its gradient");
     if (!copy_[idx(a.tensor)][tier_index(a.tier)]) return bug(step, a, "the gradient has no copy in that tier");
     std::vector<TensorId> operands = g_.op(u).inputs;
@@ -214,7 +212,7 @@ class Completion {
         const std::vector<Action>& list = part == kBefore ? out_.before[i] : out_.after[i];
         for (size_t k = 0; k < list.size(); ++k)
           if (list[k].kind == ActionKind::kHostUpdate)
-            if (OpId u = update_of(list[k].tensor); u != kNoOp) host_at[static_cast<size_t>(u)] = pos(i, part, k);
+            if (OpId u = updates_.of(list[k].tensor); u != kNoOp) host_at[static_cast<size_t>(u)] = pos(i, part, k);
       }
     for (OpId i = 0; i < static_cast<OpId>(g_.ops.size()); ++i) {
       const Pos at = host_at[static_cast<size_t>(i)] != kNever ? host_at[static_cast<size_t>(i)] : pos(i, kOp);
@@ -242,11 +240,7 @@ class Completion {
   const Schedule& in_;
   Schedule out_;
   std::vector<bool> on_, born_, offloaded_;
-  OpId update_of(TensorId gradient) const {
-    auto it = update_of_.find(gradient);
-    return it == update_of_.end() ? kNoOp : it->second;
-  }
-  std::unordered_map<TensorId, OpId> update_of_;  // weight gradient -> the update op reading it
+  UpdateOps updates_;  // weight gradient -> the update op reading it
   std::vector<bool> host_op_;  // per op: it runs on the host (a kHostUpdate action in the intent)
   std::vector<std::array<bool, 2>> copy_;
 };
@@ -493,8 +487,14 @@ size_t close_recompute_sources(const PlanFacts& facts, std::vector<bool>& droppe
   return added;
 }
 
-Result<SimResult> simulate_for_planning(const PlanContext& ctx, const PlanFacts& facts, const Program& program,
-                                        bool with_codecs) {
+Result<SimResult> simulate_for_planning(const PlanContext& ctx, const PlanFacts& facts, const Schedule& schedule) {
+  Schedule coded;  // predicted with the codecs plan_policy gives the plan (attach_ssd_codecs)
+  const bool attach = schedule.ssd_codecs.empty() && !facts.tensor_class.empty();
+  if (attach) {
+    coded = schedule;
+    attach_ssd_codecs(facts.ssd_codec, coded);
+  }
+  FERRY_ASSIGN_OR_RETURN(Program program, lower_schedule(facts.g(), attach ? coded : schedule, facts.program_options));
   SimOptions so;
   so.budget_bytes = 0;  // memory is judged by measure_schedule(); time does not depend on the budget
   so.op_scratch_bytes = facts.program_options.op_scratch_bytes;
@@ -503,27 +503,8 @@ Result<SimResult> simulate_for_planning(const PlanContext& ctx, const PlanFacts&
   so.record_timeline = false;
   so.record_waits = true;
   so.timing_only = true;  // memory is not its question
-  Program unbudgeted = program;
-  unbudgeted.budget_bytes = 0;
-  if (unbudgeted.ssd_codecs.empty() && with_codecs && !facts.tensor_class.empty()) {
-    // Predicted with the codecs its plan will carry (attach_ssd_codecs, on the program).
-    std::vector<bool> on_ssd(facts.ssd_codec.size(), false);
-    for (const Instruction& in : program.instructions)
-      if (in.kind == InstrKind::kSwapOut && in.tier == Tier::kSsd) on_ssd[static_cast<size_t>(in.tensor)] = true;
-    for (const Offload& o : program.offloaded)
-      if (o.tier == Tier::kSsd) on_ssd[static_cast<size_t>(o.tensor)] = true;
-    for (size_t t = 0; t < on_ssd.size(); ++t)
-      if (on_ssd[t] && facts.ssd_codec[t] != CodecId::kNone)
-        unbudgeted.ssd_codecs.push_back({static_cast<TensorId>(t), facts.ssd_codec[t]});
-  }
-  if (!with_codecs) unbudgeted.ssd_codecs.clear();
-  return simulate_program(ctx.graph, unbudgeted, ctx.cost, so);
-}
-
-Result<SimResult> simulate_for_planning(const PlanContext& ctx, const PlanFacts& facts, const Schedule& schedule,
-                                        bool with_codecs) {
-  FERRY_ASSIGN_OR_RETURN(Program program, lower_schedule(facts.g(), schedule, facts.program_options));
-  return simulate_for_planning(ctx, facts, program, with_codecs);
+  program.budget_bytes = 0;
+  return simulate_program(ctx.graph, program, ctx.cost, so);
 }
 
 Schedule empty_schedule(const PlanContext& ctx, std::string_view policy) {

@@ -127,19 +127,15 @@ Result<Schedule> complete_schedule(const PlanFacts& facts, Schedule intent);
 // (a per-tensor flag) and returns how many were added.
 size_t close_recompute_sources(const PlanFacts& facts, std::vector<bool>& dropped);
 
-// The simulator's prediction of `program` (no timeline; per-step starts and per-tensor swap-in
-// waits recorded): the one timing model, shared with `ferry plan`. A program without SSD codecs is
-// predicted with those its plan will carry (attach_ssd_codecs with facts.ssd_codec), unless
-// !with_codecs: then every SSD copy is predicted raw.
-Result<SimResult> simulate_for_planning(const PlanContext& ctx, const PlanFacts& facts, const Program& program,
-                                        bool with_codecs = true);
-// The same for a schedule: lowered with the facts' program options, then simulated.
-Result<SimResult> simulate_for_planning(const PlanContext& ctx, const PlanFacts& facts, const Schedule& schedule,
-                                        bool with_codecs = true);
+// The simulator's prediction of `schedule`, lowered with the facts' program options (no timeline;
+// per-step starts and per-tensor swap-in waits recorded): the one timing model, shared with
+// `ferry plan`. A schedule without SSD codecs is predicted with those plan_policy will give it
+// (attach_ssd_codecs with facts.ssd_codec); facts without codecs predict every copy raw.
+Result<SimResult> simulate_for_planning(const PlanContext& ctx, const PlanFacts& facts, const Schedule& schedule);
 
 // With `--codec auto` (ctx.ssd_codec unset), plan_policy keeps a plan made with codecs only when
 // the simulator predicts its iteration more than this much faster than the plan the same policy
-// makes with every copy raw; else it returns the raw plan. Coding a copy whose transfer hides
+// makes with every copy raw (on the same facts without codecs); else it returns the raw plan. Coding a copy whose transfer hides
 // behind compute gains nothing and, on a CPU backend, takes cores from the compute threads (which
 // the model does not charge).
 inline constexpr double kCodecMinGain = 0.01;

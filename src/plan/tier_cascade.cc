@@ -26,14 +26,14 @@ TierNeeds needs_of(const Graph& g, const Program& p) {
           .ssd_copies = ssd.copies.size()};
 }
 
-// Per host copy: predicted slack (us) of moving it to the SSD tier (tier_cascade.h).
+// Per host copy: predicted slack (us) of moving it to the SSD tier (tier_cascade.h), where it would
+// be coded with codecs[tensor].
 std::unordered_map<TensorId, double> slack_us(const PlanContext& ctx, const Program& p,
-                                              const std::vector<TierCopy>& copies) {
+                                              const std::vector<TierCopy>& copies, const std::vector<CodecId>& codecs) {
   const std::vector<double> op_us = ctx.cost.op_times_us(ctx.graph);
   std::vector<double> at(op_us.size() + 1, 0);  // predicted start of each step
   for (size_t i = 0; i < op_us.size(); ++i) at[i + 1] = at[i] + op_us[i];
   const double iteration_us = at.back();
-  const std::vector<CodecId> codecs = ssd_codec_choice(ctx);  // what a spilled copy would be coded with
   const std::vector<std::string> classes = tensor_classes(ctx.graph);
   std::unordered_map<TensorId, OpId> out_step, in_step;  // last swap-out; first swap-in after it
   for (const Instruction& in : p.instructions) {
@@ -122,7 +122,8 @@ Result<CascadeReport> cascade_to_ssd(const PlanContext& ctx, Schedule& s, uint64
   if (r.before.host_bytes <= host_budget_bytes) return r;
 
   std::vector<TierCopy> host = tier_copies(ctx.graph, p, Tier::kHost);
-  const std::unordered_map<TensorId, double> slack = slack_us(ctx, p, host);
+  const std::vector<CodecId> codecs = ssd_codec_choice(ctx);  // what a spilled copy is coded with
+  const std::unordered_map<TensorId, double> slack = slack_us(ctx, p, host, codecs);
   std::unordered_set<TensorId> moved;
   while (!host.empty()) {
     // Placing is exact but costs more than the live-bytes sweep, which bounds it from below.
@@ -147,7 +148,7 @@ Result<CascadeReport> cascade_to_ssd(const PlanContext& ctx, Schedule& s, uint64
     host.erase(host.begin() + static_cast<std::ptrdiff_t>(pick));
   }
   move_to_ssd(s, moved);
-  attach_ssd_codecs(ssd_codec_choice(ctx), s);  // the spilled copies are coded as the plan's others
+  attach_ssd_codecs(codecs, s);  // the spilled copies are coded as the plan's others
   r.moved_tensors = moved.size();
   Result<Program> after = lower_for(ctx, s);
   if (!after.ok())

@@ -112,15 +112,14 @@ class Lowering {
       for (Part part : {kBefore, kAfter})
         for (const Action& a : actions(i, part)) any = any || a.kind == ActionKind::kHostUpdate;
     if (!any) return Status::Ok();
-    for (const Op& op : g_.ops)  // gradient -> the update reading it (update_op_of, once per graph)
-      if (const OpId u = update_op_of_first(op); u != kNoOp) update_of_.emplace(op.inputs[1], u);
+    updates_ = UpdateOps(g_);
     for (OpId i = 0; i < static_cast<OpId>(num_ops()); ++i)
       for (Part part : {kBefore, kAfter}) {
         const std::vector<Action>& list = actions(i, part);
         for (size_t k = 0; k < list.size(); ++k) {
           const Action& a = list[k];
           if (a.kind != ActionKind::kHostUpdate) continue;
-          const OpId u = update_of(a.tensor);
+          const OpId u = updates_.of(a.tensor);
           if (u == kNoOp || g_.tensor(a.tensor).persistent())
             return error(i, part, k, a, "no optimizer update (sgd_update, adam_update) reads it as its gradient");
           if (host_at_[static_cast<size_t>(u)] != kNever)
@@ -129,15 +128,6 @@ class Lowering {
         }
       }
     return Status::Ok();
-  }
-  // `op` itself when it is an optimizer update with a gradient operand (the first update reading
-  // a gradient wins, as in update_op_of).
-  static OpId update_op_of_first(const Op& op) {
-    return (op.type == OpType::kSgdUpdate || op.type == OpType::kAdamUpdate) && op.inputs.size() > 1 ? op.id : kNoOp;
-  }
-  OpId update_of(TensorId gradient) const {
-    auto it = update_of_.find(gradient);
-    return it == update_of_.end() ? kNoOp : it->second;
   }
 
   void find_producers() {
@@ -388,7 +378,7 @@ class Lowering {
   Status emit_host_update(OpId i, Part part, size_t k, const Action& a) {
     const TensorId g = a.tensor;
     TensorState& gs = st_[static_cast<size_t>(g)];
-    const Op& u = g_.op(update_of(g));
+    const Op& u = g_.op(updates_.of(g));
     if (gs.state != State::kOffDevice)
       return error(i, part, k, a,
                    gs.state == State::kOnDevice ? "the gradient is still on the device (swap it out and release it)"
@@ -508,7 +498,7 @@ class Lowering {
   std::vector<TensorState> st_;
   std::vector<int8_t> home_;  // per tensor: tier index of an offloaded persistent tensor, or -1
   std::vector<Pos> host_at_;  // per op: position of its kHostUpdate action, or kNever
-  std::unordered_map<TensorId, OpId> update_of_;  // gradient -> its update op (with host updates only)
+  UpdateOps updates_;  // built only for schedules with host updates
   std::vector<bool> host_written_;   // per tensor: a host update wrote it this iteration
   std::vector<TensorId> host_drops_;  // gradients consumed by host updates, dropped at the end
 };

@@ -25,12 +25,10 @@ size_t Schedule::distinct_tensors(ActionKind kind) const {
   return static_cast<size_t>(std::unique(ts.begin(), ts.end()) - ts.begin());
 }
 
-OpId update_op_of(const Graph& g, TensorId gradient) {
+UpdateOps::UpdateOps(const Graph& g) {
   for (const Op& op : g.ops)
-    if ((op.type == OpType::kSgdUpdate || op.type == OpType::kAdamUpdate) && op.inputs.size() > 1 &&
-        op.inputs[1] == gradient)
-      return op.id;
-  return kNoOp;
+    if ((op.type == OpType::kSgdUpdate || op.type == OpType::kAdamUpdate) && op.inputs.size() > 1)
+      by_gradient_.emplace(op.inputs[1], op.id);
 }
 
 

@@ -29,6 +29,7 @@
 
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "codec/codec.h"
@@ -95,8 +96,21 @@ struct Schedule {
 
 std::string_view to_string(ActionKind k);
 
-// The optimizer update op (sgd_update, adam_update) that reads weight gradient `gradient` as its
-// gradient operand (input 1), or kNoOp when there is none: the op a kHostUpdate action runs.
-OpId update_op_of(const Graph& g, TensorId gradient);
+// The optimizer update ops (sgd_update, adam_update) of a graph by the weight gradient each reads
+// as its gradient operand (input 1): the op a kHostUpdate action on that gradient runs (the first
+// in op order when several read it).
+class UpdateOps {
+ public:
+  UpdateOps() = default;  // no updates
+  explicit UpdateOps(const Graph& g);
+  // The update reading `gradient`, or kNoOp when there is none.
+  OpId of(TensorId gradient) const {
+    auto it = by_gradient_.find(gradient);
+    return it == by_gradient_.end() ? kNoOp : it->second;
+  }
+
+ private:
+  std::unordered_map<TensorId, OpId> by_gradient_;
+};
 
 }  // namespace ferry

@@ -147,9 +147,7 @@ TEST(PolicyCommonTest, PlanningTimingChargesALateSwapInAsAStall) {
   add_after(s, f.c.forward[2], swap_out_action(f.c.a[2], Tier::kHost));
   add_after(s, f.c.forward[3], release_action(f.c.a[2]));
   add_before(s, f.c.backward[3], swap_in_action(f.c.a[2], Tier::kHost));
-  Result<Program> late = lower_schedule(f.c.g(), f.complete(s), f.facts.program_options);
-  ASSERT_TRUE(late.ok());
-  Result<SimResult> e_late = simulate_for_planning(f.ctx, f.facts, *late);
+  Result<SimResult> e_late = simulate_for_planning(f.ctx, f.facts, f.complete(s));
   ASSERT_TRUE(e_late.ok()) << e_late.status().message();
   const double copy_us = f.cost.transfer_us(Direction::kSwapIn, Tier::kHost, 4096);
   EXPECT_NEAR(copy_us, 10 + 4096 / 1000.0, 1e-9);
@@ -159,9 +157,7 @@ TEST(PolicyCommonTest, PlanningTimingChargesALateSwapInAsAStall) {
   add_after(early, f.c.forward[2], swap_out_action(f.c.a[2], Tier::kHost));
   add_after(early, f.c.forward[3], release_action(f.c.a[2]));
   add_before(early, f.c.backward[3] - 1, swap_in_action(f.c.a[2], Tier::kHost));  // before loss_bwd (1 us)
-  Result<Program> p = lower_schedule(f.c.g(), f.complete(early), f.facts.program_options);
-  ASSERT_TRUE(p.ok());
-  Result<SimResult> e = simulate_for_planning(f.ctx, f.facts, *p);
+  Result<SimResult> e = simulate_for_planning(f.ctx, f.facts, f.complete(early));
   ASSERT_TRUE(e.ok()) << e.status().message();
   EXPECT_NEAR(e->swap_in_wait_us[static_cast<size_t>(f.c.a[2])], copy_us - 1.0, 1e-9);
   EXPECT_NEAR(e_late->iteration_us - e->iteration_us, 1.0, 1e-9);
