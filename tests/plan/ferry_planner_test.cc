@@ -186,6 +186,36 @@ TEST(FerryPlanner, PlansCarryTheCodecsOfTheirSsdCopies) {
   EXPECT_FALSE(policy_test::must_plan("vdnn-all", hidden).schedule.ssd_codecs.empty());
 }
 
+// The bound counts each tensor's SSD leg at its fastest codec: where the disk is what limits the
+// iteration (swaps only, a slow disk), codec figures lower the bound, and it stays below the
+// coded plan.
+TEST(FerryPlanner, TheBoundCountsCodedSsdLegs) {
+  const Chain chain = random_chain(3);
+  HardwareProfile slow = cost_test::round_profile();
+  slow.storage.write_bytes_per_s = slow.storage.read_bytes_per_s = 2e7;  // 20 B/us
+  const CostModel raw_cost(slow);
+  std::vector<CodecFigure> figures;
+  for (const std::string& cls : tensor_classes(chain.g()))
+    if (std::none_of(figures.begin(), figures.end(), [&](const CodecFigure& f) { return f.tensor_class == cls; }))
+      figures.push_back({cls, CodecId::kLz4, CodecEstimate{0.4, 1e9, 2e9, 1}});
+  const CostModel coded_cost(slow, CostOptions{.codecs = figures});
+  double bound_us[2] = {0, 0};
+  for (int coded = 0; coded < 2; ++coded) {
+    PlanContext ctx{.graph = chain.g(), .cost = coded ? coded_cost : raw_cost, .tier = Tier::kSsd};
+    const uint64_t full = policy_test::must_plan("none", ctx).device_bytes;
+    ctx.budget_bytes = full * 7 / 10;
+    ctx.allow_recompute = false;  // swaps only: the disk bounds the iteration
+    Result<PlanFacts> facts = make_plan_facts(ctx);
+    ASSERT_TRUE(facts.ok()) << facts.status().message();
+    Result<LowerBound> bound = plan_lower_bound(ctx, *facts);
+    ASSERT_TRUE(bound.ok()) << bound.status().message();
+    bound_us[coded] = bound->us;
+    const PlanReport plan = policy_test::must_plan("ferry", ctx);
+    EXPECT_LE(bound->us, simulated_us(ctx, plan.schedule) * (1 + 1e-9)) << (coded ? "coded" : "raw");
+  }
+  EXPECT_LT(bound_us[1], 0.9 * bound_us[0]) << "the codecs' shorter SSD legs are not in the bound";
+}
+
 // An executor that acts only through a framework's saved tensors (the PyTorch adapter): the plan
 // frees only the marked tensors, only between forward and backward, and never recomputes.
 TEST(FerryPlanner, FrameworkSavedRestrictsWhatMovesAndWhen) {
