@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 
@@ -326,8 +327,17 @@ std::string tiers_text(const TieredPlan& t) {
   return out;
 }
 
+// Wall time of the stages of `ferry plan` (measured, this process).
+struct PlanTimes {
+  double plan_s = 0, simulate_s = 0, bound_s = 0;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
 void print_plan_summary(const PlanOptions& o, const PlanSetup& s, const TieredPlan& tiered, const SimResult& r,
-                        const LowerBound& bound) {
+                        const LowerBound& bound, const PlanTimes& times) {
   const PlanReport& planned = tiered.report;
   const std::string budget = s.budget ? s.budget->describe(s.no_swap_peak_bytes)
                                       : format_bytes(s.budget_bytes) + " (the device's capacity)";
@@ -358,6 +368,8 @@ void print_plan_summary(const PlanOptions& o, const PlanSetup& s, const TieredPl
   if (!o.trace_out.empty())
     std::printf("  timeline written to %s (open it in Perfetto or chrome://tracing)\n", o.trace_out.c_str());
   if (!o.plot.empty()) std::printf("  memory plot written to %s\n", o.plot.c_str());
+  std::printf("  took        planning %.2f s, simulation %.2f s, bound %.2f s (measured)\n", times.plan_s,
+              times.simulate_s, times.bound_s);
 }
 
 // --explain: every tensor the plan moves (JSON), or the ten costliest (human).
@@ -426,7 +438,10 @@ int run_plan(const PlanOptions& given) {
     if (!hb.ok()) return report(hb.status().with_context("--host-budget"));
     host_budget = *hb;
   }
+  PlanTimes times;
+  auto clock = std::chrono::steady_clock::now();
   Result<TieredPlan> planned = plan_tiered(o.policy, ctx, host_budget);
+  times.plan_s = seconds_since(clock);
   if (!planned.ok() && s.backend_sizes) planned = with_conv_hint(planned.status(), s.graph, s.backend_options);
   if (!planned.ok() && planned.status().code() == StatusCode::kOutOfMemory && o.json) {
     // The honest answer to "does it fit?" is a JSON "no", with the reason and the numbers.
@@ -448,7 +463,9 @@ int run_plan(const PlanOptions& given) {
   so.budget_bytes = s.budget_bytes;
   so.op_scratch_bytes = s.scratch;
   so.record_timeline = !o.trace_out.empty() || !o.plot.empty();
+  clock = std::chrono::steady_clock::now();
   Result<SimResult> r = simulate(s.graph, schedule, cost, so);
+  times.simulate_s = seconds_since(clock);
   if (!r.ok()) return report(r.status());
   if (!std::isfinite(r->iteration_us))  // the profile's bounds should make this impossible
     return report(Status::InvalidArgument(fmt::format(
@@ -459,7 +476,9 @@ int run_plan(const PlanOptions& given) {
   if (!o.plot.empty())
     if (Status st = write_memory_svg(*r, s.budget_bytes, o.plot); !st.ok()) return report(st);
   // The bound: no plan in Ferry's decision space at this budget is faster (plan/ferry/bound.h).
+  clock = std::chrono::steady_clock::now();
   Result<LowerBound> bound = lower_bound(ctx);
+  times.bound_s = seconds_since(clock);
   if (!bound.ok()) return report(bound.status());
   if (o.json) {
     nlohmann::json j = to_json(*r, s);
@@ -467,10 +486,11 @@ int run_plan(const PlanOptions& given) {
     j["lower_bound_method"] = bound->method;
     j["gap"] = r->iteration_us / bound->us;
     j["tiers"] = tiers_json(*planned);
+    j["seconds"] = {{"planning", times.plan_s}, {"simulation", times.simulate_s}, {"bound", times.bound_s}};
     if (o.explain) j["decisions"] = decisions_json(s.graph, explain_schedule(s.graph, cost, schedule));
     std::printf("%s\n", j.dump(2).c_str());
   } else {
-    print_plan_summary(o, s, *planned, *r, *bound);
+    print_plan_summary(o, s, *planned, *r, *bound, times);
     if (o.explain) print_decisions(s.graph, explain_schedule(s.graph, cost, schedule));
   }
   return r->feasible ? 0 : 1;

@@ -230,22 +230,27 @@ uint64_t best_fit(const std::vector<ByteRange>& occupied, uint64_t size) {
 }
 
 // Sorts `v` by lo, given that it is the concatenation of sorted runs ending at `runs`: pairwise
-// merges, O(n log runs) instead of a sort's O(n log n).
-void merge_runs(std::vector<ByteRange>& v, std::vector<size_t>& runs) {
+// merges, O(n log runs) instead of a sort's O(n log n), through `scratch` (no allocation once
+// it has grown; the same order as stable in-place merges).
+void merge_runs(std::vector<ByteRange>& v, std::vector<size_t>& runs, std::vector<ByteRange>& scratch) {
   const auto by_lo = [](const ByteRange& x, const ByteRange& y) { return x.lo < y.lo; };
   while (runs.size() > 1) {
+    scratch.resize(v.size());
     size_t kept = 0, begin = 0;
     for (size_t k = 0; k < runs.size(); k += 2) {
+      const auto at = [&](size_t i) { return v.begin() + static_cast<long>(i); };
       if (k + 1 < runs.size()) {
-        std::inplace_merge(v.begin() + static_cast<long>(begin), v.begin() + static_cast<long>(runs[k]),
-                           v.begin() + static_cast<long>(runs[k + 1]), by_lo);
+        std::merge(at(begin), at(runs[k]), at(runs[k]), at(runs[k + 1]), scratch.begin() + static_cast<long>(begin),
+                   by_lo);
         runs[kept++] = runs[k + 1];
         begin = runs[k + 1];
       } else {
+        std::copy(at(begin), at(runs[k]), scratch.begin() + static_cast<long>(begin));
         runs[kept++] = runs[k];
       }
     }
     runs.resize(kept);
+    v.swap(scratch);
   }
 }
 
@@ -257,7 +262,7 @@ MemoryPlan place_in_sequence(const std::vector<Buffer>& buffers, uint64_t alignm
   plan.alignment = alignment;
   plan.offsets.assign(buffers.size(), 0);
   OccupancyTree tree(num_steps_of(buffers));
-  std::vector<ByteRange> occupied;
+  std::vector<ByteRange> occupied, scratch;
   std::vector<size_t> runs;
   for (size_t i : sequence) {
     const Buffer& b = buffers[i];
@@ -268,7 +273,7 @@ MemoryPlan place_in_sequence(const std::vector<Buffer>& buffers, uint64_t alignm
     occupied.clear();
     runs.clear();
     tree.collect(static_cast<size_t>(b.first_step), static_cast<size_t>(b.last_step), occupied, runs);
-    merge_runs(occupied, runs);
+    merge_runs(occupied, runs, scratch);
     const uint64_t offset = best_fit(occupied, size);
     plan.offsets[i] = offset;
     plan.arena_bytes = std::max(plan.arena_bytes, offset + size);

@@ -23,7 +23,9 @@
 // - The live-bytes measure counts bytes; the exact placement decides acceptance, and a plan that
 //   fits in bytes but not once placed continues the greedy loop with the target lowered by the
 //   excess.
-// - Cost: O(candidates x (ops + actions)) lowerings of the schedule; planning is offline.
+// - Cost: a swap of a tensor that no recomputation reads only takes its bytes away between its
+//   last forward use and its swap-in, so its measure is updated in O(steps) (subtract_away); any
+//   other decision lowers the schedule, O(ops + actions).
 
 #include <algorithm>
 #include <cmath>
@@ -50,6 +52,7 @@ class Capuchin {
     choice_.assign(g_.tensors.size(), Choice::kUndecided);
     pinned_.assign(g_.tensors.size(), false);
     swap_in_at_.assign(g_.tensors.size(), kNoOp);
+    recompute_read_.assign(g_.tensors.size(), false);
   }
 
   Result<PlanAttempt> run() {
@@ -226,16 +229,41 @@ class Capuchin {
     for (Choice c : order) {
       choice_[idx(t)] = c;
       swap_in_at_[idx(t)] = c == Choice::kSwap ? trigger : kNoOp;
-      FERRY_ASSIGN_OR_RETURN(PlanMeasure after, live_measure());
+      PlanMeasure after;
+      if (c == Choice::kSwap && f_.single_pass && !recompute_read_[idx(t)]) {
+        // Nothing touches t between its last forward use and the swap-in (no recompute does): it
+        // only leaves over that interval, so the measure is updated without lowering, exactly.
+        after = before;
+        subtract_away(f_, after, t, f_.forward_end(t) + 1, trigger - 1);
+      } else {
+        FERRY_ASSIGN_OR_RETURN(after, live_measure());
+      }
       if (after.live_peak_bytes <= before.live_peak_bytes) {
-        if (c == Choice::kRecompute)
+        if (c == Choice::kRecompute) {
           for (TensorId u : recompute_sources(t)) pinned_[idx(u)] = true;
+          mark_recompute_reads();
+        }
         return after;
       }
     }
     choice_[idx(t)] = Choice::kSkip;
     swap_in_at_[idx(t)] = kNoOp;
     return before;
+  }
+
+  // recompute_read_: the tensors that a recomputation in the current plan reads or writes (inputs
+  // and outputs of the producers of every dropped tensor, as intent() drops them), which are on
+  // the device while it runs.
+  void mark_recompute_reads() {
+    std::vector<bool> dropped(g_.tensors.size(), false);
+    for (const Tensor& t : g_.tensors) dropped[idx(t.id)] = choice_[idx(t.id)] == Choice::kRecompute;
+    close_recompute_sources(f_, dropped);
+    for (const Tensor& t : g_.tensors)
+      if (dropped[idx(t.id)] && f_.producer[idx(t.id)] != kNoOp) {
+        const Op& p = g_.op(f_.producer[idx(t.id)]);
+        for (const auto* list : {&p.inputs, &p.outputs})
+          for (TensorId u : *list) recompute_read_[idx(u)] = true;
+      }
   }
 
   // Live bytes per step of the current choices (no placement: cheap).
@@ -305,6 +333,7 @@ class Capuchin {
   std::vector<Choice> choice_;
   std::vector<bool> pinned_;       // kept on the device: a recomputed tensor reads it
   std::vector<OpId> swap_in_at_;
+  std::vector<bool> recompute_read_;  // mark_recompute_reads()
 };
 
 }  // namespace

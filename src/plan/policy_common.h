@@ -108,6 +108,14 @@ struct PlanMeasure {
   size_t recomputed_tensors = 0;
 };
 
+// `m` (live bytes of a schedule in which tensor t is resident from its production to its last
+// use, and no other decision touches it) with t instead away over steps [first, last]: released
+// after step first - 1 and back from step last + 1, as a swap's release and swap-in place it.
+// The live bytes drop by t's aligned size over those steps; the peak and its step are updated.
+// Exactly what measure_schedule(place = false) gives for the schedule with the swap added
+// (tested): policies that try one swap at a time update their measure in O(steps).
+void subtract_away(const PlanFacts& facts, PlanMeasure& m, TensorId t, OpId first, OpId last);
+
 // Lowers `s` and places it (unless !place: live bytes only). With `good_enough_bytes` (a budget)
 // device_bytes is the first placement found within it, not necessarily the smallest: enough to
 // say "fits". Errors: lower_schedule's (a policy bug: the message names the rule).

@@ -482,6 +482,8 @@ class Lowering {
             s_.policy, t.persistent() ? "persistent tensor" : "the loss", t.name, absence(t.id)));
     }
     p_.offloaded = s_.offloaded;
+    std::sort(p_.offloaded.begin(), p_.offloaded.end(),
+              [](const Offload& a, const Offload& b) { return a.tensor < b.tensor; });
     return Status::Ok();
   }
 
@@ -553,6 +555,10 @@ std::string Program::to_text(const Graph& g) const {
 
 Result<Program> lower_schedule(const Graph& g, const Schedule& s, const ProgramOptions& options) {
   if (Status st = g.validate(); !st.ok()) return st.with_context(fmt::format("lower schedule '{}'", s.policy));
+  return Lowering(g, s, options).run();
+}
+
+Result<Program> lower_schedule_for_valid_graph(const Graph& g, const Schedule& s, const ProgramOptions& options) {
   return Lowering(g, s, options).run();
 }
 

@@ -67,6 +67,7 @@
 //   iteration ends when every host update has.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -120,13 +121,15 @@ struct Program {
   uint64_t persistent_bytes = 0;  // sum of persistent tensor bytes allocated by the prologue
   size_t num_actions = 0;         // schedule actions lowered
   size_t num_host_updates = 0;    // kHostRun instructions
-  std::vector<Offload> offloaded;  // Schedule::offloaded
+  std::vector<Offload> offloaded;  // Schedule::offloaded, sorted by tensor (as lower_schedule makes it)
   std::vector<TensorCodec> ssd_codecs;  // Schedule::ssd_codecs
 
-  // Where persistent tensor `t` lives between iterations: nullopt for the device.
+  // Where persistent tensor `t` lives between iterations: nullopt for the device. O(log n):
+  // `offloaded` must be sorted by tensor.
   std::optional<Tier> home_tier(TensorId t) const {
-    for (const Offload& o : offloaded)
-      if (o.tensor == t) return o.tier;
+    auto it = std::lower_bound(offloaded.begin(), offloaded.end(), t,
+                               [](const Offload& o, TensorId x) { return o.tensor < x; });
+    if (it != offloaded.end() && it->tensor == t) return it->tier;
     return std::nullopt;
   }
   // Per tensor: whether it is persistent and lives on the device between iterations (placed in the
@@ -142,5 +145,10 @@ struct Program {
 // keep-all. Errors (InvalidArgument): schedule sizes that do not match the graph, scratch sizes
 // that do not match, tensor ids out of range, and every rule violation listed above.
 Result<Program> lower_schedule(const Graph& g, const Schedule& s, const ProgramOptions& options = {});
+
+// The same for a graph the caller has validated (Graph::validate; the planners' PlanFacts are
+// made from an analysed graph), without validating it again: planning lowers one graph hundreds
+// of times.
+Result<Program> lower_schedule_for_valid_graph(const Graph& g, const Schedule& s, const ProgramOptions& options = {});
 
 }  // namespace ferry
