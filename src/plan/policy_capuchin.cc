@@ -255,9 +255,7 @@ class Capuchin {
   // and outputs of the producers of every dropped tensor, as intent() drops them), which are on
   // the device while it runs.
   void mark_recompute_reads() {
-    std::vector<bool> dropped(g_.tensors.size(), false);
-    for (const Tensor& t : g_.tensors) dropped[idx(t.id)] = choice_[idx(t.id)] == Choice::kRecompute;
-    close_recompute_sources(f_, dropped);
+    const std::vector<bool> dropped = dropped_tensors();
     for (const Tensor& t : g_.tensors)
       if (dropped[idx(t.id)] && f_.producer[idx(t.id)] != kNoOp) {
         const Op& p = g_.op(f_.producer[idx(t.id)]);
@@ -272,22 +270,28 @@ class Capuchin {
     return measure_schedule(f_, s, false);
   }
 
+  // The tensors the plan releases without a copy: those chosen for recomputation and the
+  // forward-only ancestors a recompute reads (close_recompute_sources).
+  std::vector<bool> dropped_tensors() const {
+    std::vector<bool> dropped(g_.tensors.size(), false);
+    for (const Tensor& t : g_.tensors) dropped[idx(t.id)] = choice_[idx(t.id)] == Choice::kRecompute;
+    close_recompute_sources(f_, dropped);
+    return dropped;
+  }
+
   Schedule intent() const {
     Schedule s = empty_schedule(ctx_, "capuchin");
-    std::vector<bool> dropped(g_.tensors.size(), false);
     for (const Tensor& t : g_.tensors) {
       const size_t v = idx(t.id);
-      if (choice_[v] == Choice::kSwap) {
-        const OpId p = f_.producer[v];
-        if (p == kNoOp)
-          add_before(s, 0, swap_out_action(t.id, ctx_.tier));
-        else
-          add_after(s, p, swap_out_action(t.id, ctx_.tier));
-        add_before(s, swap_in_at_[v], swap_in_action(t.id, ctx_.tier));
-      }
-      if (choice_[v] == Choice::kRecompute) dropped[v] = true;
+      if (choice_[v] != Choice::kSwap) continue;
+      const OpId p = f_.producer[v];
+      if (p == kNoOp)
+        add_before(s, 0, swap_out_action(t.id, ctx_.tier));
+      else
+        add_after(s, p, swap_out_action(t.id, ctx_.tier));
+      add_before(s, swap_in_at_[v], swap_in_action(t.id, ctx_.tier));
     }
-    close_recompute_sources(f_, dropped);
+    const std::vector<bool> dropped = dropped_tensors();
     // Releases after the swap-outs of the same step, so that copies issued there overlap.
     for (const Tensor& t : g_.tensors)
       if (dropped[idx(t.id)] || choice_[idx(t.id)] == Choice::kSwap)

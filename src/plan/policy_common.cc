@@ -435,16 +435,27 @@ std::vector<uint64_t> live_bytes_per_step(const PlanFacts& facts, const Program&
   return live;
 }
 
-Result<PlanMeasure> measure_schedule(const PlanFacts& facts, const Schedule& s, bool place, uint64_t good_enough_bytes) {
-  Result<Program> program = lower_schedule_for_valid_graph(facts.g(), s, facts.program_options);
-  if (!program.ok()) return Status::Internal(program.status().message());
-  PlanMeasure m;
-  m.live_bytes = live_bytes_per_step(facts, *program);
+namespace {
+
+// m.live_peak_bytes and m.peak_step (the first step at the peak) from m.live_bytes.
+void set_live_peak(PlanMeasure& m) {
+  m.live_peak_bytes = 0;
+  m.peak_step = 0;
   for (size_t i = 0; i < m.live_bytes.size(); ++i)
     if (m.live_bytes[i] > m.live_peak_bytes) {
       m.live_peak_bytes = m.live_bytes[i];
       m.peak_step = static_cast<OpId>(i);
     }
+}
+
+}  // namespace
+
+Result<PlanMeasure> measure_schedule(const PlanFacts& facts, const Schedule& s, bool place, uint64_t good_enough_bytes) {
+  Result<Program> program = lower_schedule_for_valid_graph(facts.g(), s, facts.program_options);
+  if (!program.ok()) return Status::Internal(program.status().message());
+  PlanMeasure m;
+  m.live_bytes = live_bytes_per_step(facts, *program);
+  set_live_peak(m);
   if (place) {
     FERRY_ASSIGN_OR_RETURN(ProgramPlacement placement,
                            place_program(facts.g(), *program, facts.alignment, good_enough_bytes));
@@ -461,13 +472,7 @@ void subtract_away(const PlanFacts& facts, PlanMeasure& m, TensorId t, OpId firs
   const uint64_t bytes = facts.aligned_bytes(t);
   for (OpId s = std::max<OpId>(first, 0); s <= last && static_cast<size_t>(s) < m.live_bytes.size(); ++s)
     m.live_bytes[static_cast<size_t>(s)] -= bytes;
-  m.live_peak_bytes = 0;
-  m.peak_step = 0;
-  for (size_t i = 0; i < m.live_bytes.size(); ++i)
-    if (m.live_bytes[i] > m.live_peak_bytes) {
-      m.live_peak_bytes = m.live_bytes[i];
-      m.peak_step = static_cast<OpId>(i);
-    }
+  set_live_peak(m);
   m.device_bytes = m.live_peak_bytes;
 }
 
@@ -508,7 +513,8 @@ Result<SimResult> simulate_for_planning(const PlanContext& ctx, const PlanFacts&
     coded = schedule;
     attach_ssd_codecs(facts.ssd_codec, coded);
   }
-  FERRY_ASSIGN_OR_RETURN(Program program, lower_schedule_for_valid_graph(facts.g(), attach ? coded : schedule, facts.program_options));
+  FERRY_ASSIGN_OR_RETURN(Program program,
+                         lower_schedule_for_valid_graph(facts.g(), attach ? coded : schedule, facts.program_options));
   SimOptions so;
   so.budget_bytes = 0;  // memory is judged by measure_schedule(); time does not depend on the budget
   so.op_scratch_bytes = facts.program_options.op_scratch_bytes;

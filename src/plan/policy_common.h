@@ -143,9 +143,9 @@ Result<SimResult> simulate_for_planning(const PlanContext& ctx, const PlanFacts&
 
 // With `--codec auto` (ctx.ssd_codec unset), plan_policy keeps a plan made with codecs only when
 // the simulator predicts its iteration more than this much faster than the plan the same policy
-// makes with every copy raw (on the same facts without codecs); else it returns the raw plan. Coding a copy whose transfer hides
-// behind compute gains nothing and, on a CPU backend, takes cores from the compute threads (which
-// the model does not charge).
+// makes with every copy raw (on the same facts without codecs); else it returns the raw plan.
+// Coding a copy whose transfer hides behind compute gains nothing and, on a CPU backend, takes
+// cores from the compute threads (which the model does not charge).
 inline constexpr double kCodecMinGain = 0.01;
 
 // What one policy run produced: a complete schedule, its measure, and notes. `fits` compares

@@ -555,7 +555,7 @@ std::string Program::to_text(const Graph& g) const {
 
 Result<Program> lower_schedule(const Graph& g, const Schedule& s, const ProgramOptions& options) {
   if (Status st = g.validate(); !st.ok()) return st.with_context(fmt::format("lower schedule '{}'", s.policy));
-  return Lowering(g, s, options).run();
+  return lower_schedule_for_valid_graph(g, s, options);
 }
 
 Result<Program> lower_schedule_for_valid_graph(const Graph& g, const Schedule& s, const ProgramOptions& options) {

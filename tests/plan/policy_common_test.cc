@@ -2,6 +2,8 @@
 // count per step against the placement it stands for, and the simulator as the planners call it.
 #include "plan/policy_common.h"
 
+#include <optional>
+
 #include <gtest/gtest.h>
 
 #include "memory/sharing_plan.h"
@@ -113,26 +115,42 @@ TEST(PolicyCommonTest, ContradictoryIntentIsAnInternalError) {
   EXPECT_TRUE(plan_test::contains(r.status().message(), "cannot be recomputed"));
 }
 
-TEST(PolicyCommonTest, LiveBytesPerStepBoundTheArenaAsPlacementCountsThem) {
-  ModelConfig config;
-  config.batch = 2;
-  for (const char* model : {"resnet-mini", "gpt2-mini"}) {
+// A small zoo model at batch 2 with the round cost model, and its plan facts (not copyable: ctx
+// refers to graph and cost).
+struct ZooCase {
+  Graph graph;
+  const CostModel cost = round_cost();
+  PlanContext ctx{.graph = graph, .cost = cost};
+  std::optional<PlanFacts> facts;
+  explicit ZooCase(const char* model) {
+    ModelConfig config;
+    config.batch = 2;
     Result<Graph> g = build_model(model, config);
-    ASSERT_TRUE(g.ok());
-    const CostModel cost = round_cost();
-    PlanContext ctx{.graph = *g, .cost = cost};
-    Result<PlanFacts> facts = make_plan_facts(ctx);
-    ASSERT_TRUE(facts.ok());
+    EXPECT_TRUE(g.ok()) << model;
+    if (!g.ok()) return;
+    graph = std::move(g).value();
+    Result<PlanFacts> f = make_plan_facts(ctx);
+    EXPECT_TRUE(f.ok()) << model;
+    if (f.ok()) facts = std::move(f).value();
+  }
+  ZooCase(const ZooCase&) = delete;
+  ZooCase& operator=(const ZooCase&) = delete;
+};
+
+TEST(PolicyCommonTest, LiveBytesPerStepBoundTheArenaAsPlacementCountsThem) {
+  for (const char* model : {"resnet-mini", "gpt2-mini"}) {
+    const ZooCase z(model);
+    ASSERT_TRUE(z.facts);
     for (const char* policy : {"none", "vdnn-all", "checkpoint-sqrt"}) {
-      Result<PlanReport> r = plan_policy(policy, ctx);
+      Result<PlanReport> r = plan_policy(policy, z.ctx);
       ASSERT_TRUE(r.ok()) << r.status().message();
-      Result<Program> p = lower_schedule(*g, r->schedule, facts->program_options);
+      Result<Program> p = lower_schedule(z.graph, r->schedule, z.facts->program_options);
       ASSERT_TRUE(p.ok());
-      Result<ProgramPlacement> pl = place_program(*g, *p, ctx.alignment);
+      Result<ProgramPlacement> pl = place_program(z.graph, *p, z.ctx.alignment);
       ASSERT_TRUE(pl.ok());
-      const std::vector<uint64_t> live = live_bytes_per_step(*facts, *p);
+      const std::vector<uint64_t> live = live_bytes_per_step(*z.facts, *p);
       const uint64_t peak = *std::max_element(live.begin(), live.end());
-      EXPECT_EQ(peak, pl->persistent_region_bytes + aligned_live_lower_bound(pl->blocks, ctx.alignment))
+      EXPECT_EQ(peak, pl->persistent_region_bytes + aligned_live_lower_bound(pl->blocks, z.ctx.alignment))
           << model << " " << policy;
       EXPECT_LE(peak, pl->arena_bytes);
     }
@@ -144,35 +162,29 @@ TEST(PolicyCommonTest, LiveBytesPerStepBoundTheArenaAsPlacementCountsThem) {
 // instead of lowering thousands of times). Every saved tensor of two zoo models, swap-ins at several
 // steps of the idle interval, each against measure_schedule.
 TEST(PolicyCommonTest, SubtractAwayIsTheLoweredMeasureOfOneSwap) {
-  ModelConfig config;
-  config.batch = 2;
   for (const char* model : {"resnet-mini", "gpt2-mini"}) {
-    Result<Graph> g = build_model(model, config);
-    ASSERT_TRUE(g.ok());
-    const CostModel cost = round_cost();
-    PlanContext ctx{.graph = *g, .cost = cost};
-    Result<PlanFacts> facts = make_plan_facts(ctx);
-    ASSERT_TRUE(facts.ok());
-    Result<PlanMeasure> keep = measure_schedule(*facts, empty_schedule(ctx, "none"), false);
+    const ZooCase z(model);
+    ASSERT_TRUE(z.facts);
+    Result<PlanMeasure> keep = measure_schedule(*z.facts, empty_schedule(z.ctx, "none"), false);
     ASSERT_TRUE(keep.ok());
     int checked = 0;
-    for (const Tensor& t : g->tensors) {
-      if (!facts->saved(t.id) || t.bytes == 0) continue;
-      const OpId fe = facts->forward_end(t.id), back = facts->info(t.id).first_backward_use;
+    for (const Tensor& t : z.graph.tensors) {
+      if (!z.facts->saved(t.id) || t.bytes == 0) continue;
+      const OpId fe = z.facts->forward_end(t.id), back = z.facts->info(t.id).first_backward_use;
       for (OpId in_at : {fe + 1, (fe + back) / 2, back}) {
         if (in_at <= fe || in_at > back) continue;
-        Schedule s = empty_schedule(ctx, "one swap");
-        const OpId p = facts->producer[static_cast<size_t>(t.id)];
+        Schedule s = empty_schedule(z.ctx, "one swap");
+        const OpId p = z.facts->producer[static_cast<size_t>(t.id)];
         if (p == kNoOp) add_before(s, 0, swap_out_action(t.id, Tier::kHost));
         else add_after(s, p, swap_out_action(t.id, Tier::kHost));
         add_after(s, fe, release_action(t.id));
         add_before(s, in_at, swap_in_action(t.id, Tier::kHost));
-        Result<Schedule> complete = complete_schedule(*facts, s);
+        Result<Schedule> complete = complete_schedule(*z.facts, s);
         ASSERT_TRUE(complete.ok()) << complete.status().message();
-        Result<PlanMeasure> exact = measure_schedule(*facts, *complete, false);
+        Result<PlanMeasure> exact = measure_schedule(*z.facts, *complete, false);
         ASSERT_TRUE(exact.ok());
         PlanMeasure m = *keep;
-        subtract_away(*facts, m, t.id, fe + 1, in_at - 1);
+        subtract_away(*z.facts, m, t.id, fe + 1, in_at - 1);
         EXPECT_EQ(m.live_bytes, exact->live_bytes) << model << " " << t.name << " back at " << in_at;
         EXPECT_EQ(m.live_peak_bytes, exact->live_peak_bytes) << model << " " << t.name;
         EXPECT_EQ(m.peak_step, exact->peak_step) << model << " " << t.name;
