@@ -10,6 +10,7 @@
 #include "plan/policy_common.h"
 #include "schedule/program.h"
 #include "schedule/tier_placement.h"
+#include "sim/simulator.h"
 
 namespace ferry {
 
@@ -17,6 +18,18 @@ namespace {
 
 Result<Program> lower_for(const PlanContext& ctx, const Schedule& s) {
   return lower_schedule(ctx.graph, s, program_options_of(ctx));
+}
+
+// The simulator's iteration time of `p` (timing only).
+Result<double> predicted_us(const PlanContext& ctx, const Program& p) {
+  SimOptions so;
+  so.op_scratch_bytes = ctx.op_scratch_bytes;
+  so.allow_inplace = ctx.allow_inplace;
+  so.alignment = ctx.alignment;
+  so.record_timeline = false;
+  so.timing_only = true;
+  FERRY_ASSIGN_OR_RETURN(SimResult r, simulate_program(ctx.graph, p, ctx.cost, so));
+  return r.iteration_us;
 }
 
 TierNeeds needs_of(const Graph& g, const Program& p) {
@@ -153,6 +166,20 @@ Result<CascadeReport> cascade_to_ssd(const PlanContext& ctx, Schedule& s, uint64
   Result<Program> after = lower_for(ctx, s);
   if (!after.ok())
     return Status::Internal("the host-budget cascade made a schedule that does not lower: " + after.status().message());
+  if (!ctx.ssd_codec && !s.ssd_codecs.empty()) {
+    // --codec auto: the copies keep their codecs only when the plan is predicted more than
+    // kCodecMinGain faster with them than with every copy raw, as plan_policy asks of a policy's
+    // own plan.
+    Schedule raw = s;
+    raw.ssd_codecs.clear();
+    FERRY_ASSIGN_OR_RETURN(Program raw_program, lower_for(ctx, raw));
+    FERRY_ASSIGN_OR_RETURN(const double coded_us, predicted_us(ctx, *after));
+    FERRY_ASSIGN_OR_RETURN(const double raw_us, predicted_us(ctx, raw_program));
+    if (coded_us >= (1 - kCodecMinGain) * raw_us) {
+      s.ssd_codecs.clear();
+      after = std::move(raw_program);
+    }
+  }
   r.after = needs_of(ctx.graph, *after);
   FERRY_CHECK(r.after.host_bytes <= host_budget_bytes, "cascade: host tier still needs {} above the budget {}",
               r.after.host_bytes, host_budget_bytes);

@@ -12,10 +12,12 @@
 #include "graph/zoo/zoo.h"
 #include "memory/sharing_plan.h"
 #include "plan/policies.h"
+#include "plan/policy_common.h"
 #include "plan/policy_test_util.h"
 #include "schedule/placement.h"
 #include "schedule/program.h"
 #include "schedule/tier_placement.h"
+#include "sim/simulator.h"
 
 namespace ferry {
 namespace {
@@ -204,6 +206,65 @@ TEST(TierCascade, TheColdestCopyGoesFirst) {
       for (const Action& a : actions)
         if (a.tensor == first && a.kind == ActionKind::kSwapOut) first_moved = a.tier == Tier::kSsd;
   EXPECT_TRUE(first_moved) << p.graph.tensor(first).name << " was swapped out first and is needed last";
+}
+
+// --codec auto (ctx.ssd_codec unset): the spilled copies keep the codecs the cost model picks per
+// transfer only when the plan is predicted more than kCodecMinGain faster with them than raw, as
+// plan_policy asks of a policy's own plan. Over disks from slow (every copy waits, coding pays) to
+// fast (the copies hide behind compute or their latency, coding gains too little), the cascade's
+// decision agrees with the simulator's two predictions, and both decisions occur; a named codec
+// codes every spilled copy whatever the disk.
+TEST(TierCascade, AutoCodesSpilledCopiesOnlyWhereThePlanGetsFaster) {
+  const Planned p = plan("resnet-mini", "vdnn-all", 1.0);
+  std::vector<CodecFigure> figures;
+  for (const std::string& cls : tensor_classes(p.graph))
+    if (std::none_of(figures.begin(), figures.end(), [&](const CodecFigure& f) { return f.tensor_class == cls; }))
+      figures.push_back({cls, CodecId::kLz4, CodecEstimate{0.4, 1e15, 1e15, 1}});  // shrinks, costs nothing
+  auto iteration_us = [&](const PlanContext& ctx, const Schedule& s) {  // as planned: no codecs attached
+    SimOptions so;
+    so.record_timeline = false;
+    so.timing_only = true;
+    so.op_scratch_bytes = ctx.op_scratch_bytes;
+    Result<SimResult> r = simulate(ctx.graph, s, ctx.cost, so);
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    return r.ok() ? r->iteration_us : 0.0;
+  };
+  int kept = 0, dropped = 0;
+  for (double disk : {1e7, 1e8, 1e9, 1e10, 1e11, 1e12}) {
+    SCOPED_TRACE(fmt::format("disk at {:g} B/s", disk));
+    HardwareProfile hw = cost_test::round_profile();
+    hw.storage.read_bytes_per_s = hw.storage.write_bytes_per_s = disk;
+    const CostModel cost(hw, CostOptions{.codecs = figures});
+    PlanContext ctx{.graph = p.graph, .cost = cost};
+    ctx.op_scratch_bytes = p.scratch;
+    const std::vector<CodecId> picks = ssd_codec_choice(ctx);
+    if (std::none_of(picks.begin(), picks.end(), [](CodecId c) { return c != CodecId::kNone; })) continue;
+    Result<TierNeeds> need = tier_needs(ctx, p.schedule);
+    ASSERT_TRUE(need.ok());
+    Schedule s = p.schedule;
+    Result<CascadeReport> r = cascade_to_ssd(ctx, s, need->host_bytes / 2);
+    ASSERT_TRUE(r.ok()) << r.status().message();
+    ASSERT_GT(r->moved_tensors, 0u);
+    Schedule raw = s, coded = s;
+    raw.ssd_codecs.clear();
+    attach_ssd_codecs(picks, coded);
+    ASSERT_FALSE(coded.ssd_codecs.empty());
+    const double raw_us = iteration_us(ctx, raw), coded_us = iteration_us(ctx, coded);
+    if (s.ssd_codecs.empty()) {
+      ++dropped;
+      EXPECT_GE(coded_us, (1 - kCodecMinGain) * raw_us);
+    } else {
+      ++kept;
+      EXPECT_EQ(s.ssd_codecs, coded.ssd_codecs);
+      EXPECT_LT(coded_us, (1 - kCodecMinGain) * raw_us);
+    }
+    ctx.ssd_codec = CodecId::kLz4;  // named: every spilled copy coded
+    s = p.schedule;
+    ASSERT_TRUE(cascade_to_ssd(ctx, s, need->host_bytes / 2).ok());
+    EXPECT_EQ(s.ssd_codecs.size(), r->moved_tensors);
+  }
+  EXPECT_GT(kept, 0) << "coding never paid: the sweep proves half of nothing";
+  EXPECT_GT(dropped, 0) << "coding always paid: the check was never exercised";
 }
 
 }  // namespace
