@@ -68,8 +68,9 @@ struct TrainCliOptions {
   std::string host_budget;
   std::string device = "cpu-local";
   std::string ssd_dir = "/tmp";
-  // How the SSD tier codes swapped bytes (lossless codecs, or auto). auto is the default: measured
-  // never slower than none beyond noise (bench/results/codec-ssd-2026-11-25.md).
+  // How the swap tier codes swapped bytes (lossless codecs, or auto). auto is the default: on the
+  // SSD tier measured never slower than none beyond noise (bench/results/codec-ssd-2026-11-25.md);
+  // on the host tier it keeps copies raw (host_codec()).
   std::string codec = "auto";
   std::string lossy;  // --lossy bf16: activations stashed rounded to bfloat16 on the SSD tier
   bool checksum = false;
@@ -166,6 +167,14 @@ Result<std::optional<CodecId>> parse_lossless_codec(const std::string& name) {
       fmt::format("--codec: unknown or lossy codec '{}' (use auto or a lossless codec: {})", name, names));
 }
 
+// The codec every host-tier copy is stored with: a named --codec with --tier host, else none (auto on
+// the host tier keeps copies raw: the planner does not weigh host codecs).
+CodecId host_codec(const TrainCliOptions& o) {
+  if (o.tier != "host" || o.codec == "auto") return CodecId::kNone;
+  const std::optional<CodecId> c = codec_from_string(o.codec);
+  return c.value_or(CodecId::kNone);  // checked with the options (parse_lossless_codec)
+}
+
 // Per class of tensor, the codec the plan gives its SSD copies: tensors and bytes coded, and the
 // measured ratio of that codec on the class (null without a figure).
 nlohmann::json codec_choices_json(const Graph& g, const Schedule& schedule, const std::vector<CodecFigure>& figures) {
@@ -208,7 +217,8 @@ Status check_train_options(const TrainCliOptions& o) {
     return Status::InvalidArgument("--profile and --op-times hold one shape's op times: not with a shape range");
   if (!o.profile_file.empty() && !o.op_times.empty())
     return Status::InvalidArgument("--profile and --op-times both give op times: use one");
-  FERRY_RETURN_IF_ERROR(check_option_used(cmd, "--codec", planned && o.tier == "ssd", "without --tier ssd"));
+  FERRY_RETURN_IF_ERROR(check_option_used(cmd, "--codec", planned && (o.tier == "ssd" || o.tier == "host"),
+                                          "without --tier ssd or --tier host"));
   FERRY_RETURN_IF_ERROR(check_option_used(cmd, "--lossy", planned && o.tier == "ssd",
                                           "without --tier ssd (the SSD tier stashes the rounded activations)"));
   if (!o.lossy.empty() && o.lossy != "bf16")
@@ -334,7 +344,9 @@ Result<ShapePlanning> plan_shape(const TrainCliOptions& o, const TrainSetup& s, 
   const bool recompute_only = o.tier == "none";
   const Tier tier = s.tier;
   const std::optional<BudgetSpec> host_budget = s.host_budget;
-  const std::optional<CodecId> ssd_codec = *parse_lossless_codec(o.codec);  // checked with the options
+  // --codec codes the copies of the tier --tier names; a host codec is the executor's (host_codec).
+  const std::optional<CodecId> ssd_codec =
+      o.tier == "ssd" ? *parse_lossless_codec(o.codec) : std::optional<CodecId>(CodecId::kNone);
   std::shared_ptr<std::optional<TieredPlan>> latest = sp.tiered;
   sp.planner = [=](const Graph& timed, const CostModel& cost) -> Result<Schedule> {
     if (policy == "none") return Schedule::keep_all(timed.ops.size());
@@ -383,6 +395,7 @@ Result<LoopOptions> loop_options(const TrainCliOptions& o, const TrainSetup& s, 
   // --host-budget; its own accounting then measures the peak.
   lo.executor.checksum = o.checksum;
   lo.executor.ssd_measure_codecs = o.tier == "ssd" && o.codec == "auto";
+  lo.executor.host_codec = host_codec(o);
   lo.executor.verify_memory = o.verify_memory;
   lo.executor.ssd_lossy_activations = o.lossy == "bf16";
   lo.figures = sp.figures;
@@ -600,7 +613,10 @@ nlohmann::json train_report_json(const TrainCliOptions& o, const TrainSetup& s, 
   j["tier"] = o.tier;
   // Measured by the SSD tiers' own counters, summed over every plan's executor: the bytes that
   // really crossed the disk (0 without an SSD tier).
-  j["codec"] = o.tier == "ssd" ? o.codec : "none";  // only the SSD tier codes
+  j["codec"] = o.tier == "ssd" ? o.codec : std::string(to_string(host_codec(o)));
+  // Measured by the host tiers' own counters, likewise: the bytes their memory took and gave back.
+  j["host_tier_bytes_stored"] = buckets.host_io_stats().medium_bytes_written;
+  j["host_tier_bytes_loaded"] = buckets.host_io_stats().medium_bytes_read;
   j["lossy"] = o.lossy.empty() ? nlohmann::json() : nlohmann::json(o.lossy);
   j["host_updates"] = e.last_host_updates();  // optimizer updates the last iteration ran on the host
   j["ssd_disk_bytes_written"] = buckets.ssd_io_stats().disk_bytes_written;  // over the run, every executor
@@ -673,6 +689,13 @@ void print_train_summary(const TrainCliOptions& o, const TrainSetup& s, ShapeBuc
   if (const uint64_t ssd = buckets.tier_peak_bytes(Tier::kSsd); ssd > 0)
     std::printf(", SSD tier peak %s", format_bytes(ssd).c_str());
   std::printf("\n");
+  if (e.host_tier_stats().capacity_bytes > 0 && host_codec(o) != CodecId::kNone)
+    std::printf("  host traffic    measured: %s stored, %s loaded over the run (codec %s; the last plan's tier: "
+                "tensors %s out, %s in)\n",
+                format_bytes(buckets.host_io_stats().medium_bytes_written).c_str(),
+                format_bytes(buckets.host_io_stats().medium_bytes_read).c_str(), o.codec.c_str(),
+                format_bytes(e.host_tier_stats().bytes_written).c_str(),
+                format_bytes(e.host_tier_stats().bytes_read).c_str());
   if (e.ssd_tier_stats().capacity_bytes > 0)
     std::printf("  SSD traffic     measured: %s written, %s read over the run (codec %s; the last plan's tier: "
                 "tensors %s out, %s in)\n",
@@ -804,9 +827,10 @@ void register_train(CLI::App& app, std::function<int()>& action) {
   add_host_budget_option(cmd, o->host_budget);
   cmd->add_option("--ssd-dir", o->ssd_dir, "Directory for the SSD tier's temporary files")->capture_default_str();
   cmd->add_option("--codec", o->codec,
-                  "How the SSD tier codes swapped bytes on disk, losslessly: none, zero-mask, lz4, zstd, "
-                  "zero-mask+lz4 (every SSD copy), or auto (the tier measures each codec per class of tensor; the "
-                  "plan made from those figures codes each tensor a codec predicts faster; docs/codecs.md)")
+                  "How swapped bytes are coded, losslessly: none, zero-mask, lz4, zstd, zero-mask+lz4 (every copy), "
+                  "or auto. With --tier ssd, auto has the tier measure each codec per class of tensor and the plan "
+                  "made from those figures code each tensor a codec predicts faster. With --tier host a named codec "
+                  "codes every host copy (the plan still predicts them raw) and auto keeps them raw (docs/codecs.md)")
       ->capture_default_str();
   cmd->add_option("--lossy", o->lossy,
                   "Lossy stashing on the SSD tier, Gist-style: bf16 stores swapped forward activations rounded to "

@@ -366,20 +366,26 @@ Result<uint64_t> FrameDecoder::decode_available(CodecContext& ctx, std::span<con
 
 Status decode_chunk(CodecContext& ctx, const FrameInfo& info, uint32_t i, std::span<const std::byte> record,
                     std::span<std::byte> out) {
+  if (record.size() < kChunkHeaderBytes)
+    return chunk_error(info, i, fmt::format("record of {} bytes, shorter than a chunk header", record.size()));
+  return decode_chunk(ctx, info, i, record.first(kChunkHeaderBytes), record.subspan(kChunkHeaderBytes), out);
+}
+
+Status decode_chunk(CodecContext& ctx, const FrameInfo& info, uint32_t i, std::span<const std::byte> header,
+                    std::span<const std::byte> payload, std::span<std::byte> out) {
   if (i >= info.chunk_count) return chunk_error(info, i, "no such chunk");
   const uint64_t input_bytes = info.chunk_input_bytes(i);
   if (out.size() != input_bytes)
     return Status::InvalidArgument(fmt::format("chunk {} decodes to {} bytes, its output has {}", i, input_bytes,
                                                out.size()));
-  if (record.size() < kChunkHeaderBytes)
-    return chunk_error(info, i, fmt::format("record of {} bytes, shorter than a chunk header", record.size()));
-  FERRY_ASSIGN_OR_RETURN(const uint32_t payload_bytes, check_chunk_header(info, i, record.data()));
-  const CodecId method = static_cast<CodecId>(std::to_integer<uint8_t>(record[4]));
-  if (record.size() != kChunkHeaderBytes + payload_bytes)
-    return chunk_error(info, i, fmt::format("record of {} bytes, its header says {}", record.size(),
+  if (header.size() != kChunkHeaderBytes)
+    return chunk_error(info, i, fmt::format("chunk header of {} bytes, not {}", header.size(), kChunkHeaderBytes));
+  FERRY_ASSIGN_OR_RETURN(const uint32_t payload_bytes, check_chunk_header(info, i, header.data()));
+  const CodecId method = static_cast<CodecId>(std::to_integer<uint8_t>(header[4]));
+  if (payload.size() != payload_bytes)
+    return chunk_error(info, i, fmt::format("record of {} bytes, its header says {}", kChunkHeaderBytes + payload.size(),
                                             kChunkHeaderBytes + payload_bytes));
-  std::span<const std::byte> payload = record.subspan(kChunkHeaderBytes, payload_bytes);
-  if (hash64(payload, chunk_seed(info, i, method)) != load<uint64_t>(record.data() + 8))
+  if (hash64(payload, chunk_seed(info, i, method)) != load<uint64_t>(header.data() + 8))
     return chunk_error(info, i, "payload checksum mismatch");
   Status s = decode_payload(ctx, method, payload, out);
   if (!s.ok()) return s.code() == StatusCode::kIoError ? chunk_error(info, i, s.message()) : s;

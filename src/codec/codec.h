@@ -206,6 +206,10 @@ class FrameDecoder {
 // codec rejects.
 Status decode_chunk(CodecContext& ctx, const FrameInfo& info, uint32_t index, std::span<const std::byte> record,
                     std::span<std::byte> out);
+// The same with the chunk header and the payload apart (a reader that keeps headers in memory and
+// payloads in place, e.g. the host tier, decodes without first joining them).
+Status decode_chunk(CodecContext& ctx, const FrameInfo& info, uint32_t index, std::span<const std::byte> header,
+                    std::span<const std::byte> payload, std::span<std::byte> out);
 
 // Encodes all of `input` as one frame into the front of `out` (at least
 // max_encoded_bytes(input.size(), chunk_bytes) bytes); returns the frame's size.

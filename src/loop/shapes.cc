@@ -121,6 +121,15 @@ uint64_t ShapeBuckets::tier_peak_bytes(Tier t) const {
   return m;
 }
 
+HostIoStats ShapeBuckets::host_io_stats() const {
+  HostIoStats s;
+  for (const auto& [v, b] : buckets_) {
+    s.medium_bytes_written += b->loop->host_io_stats().medium_bytes_written;
+    s.medium_bytes_read += b->loop->host_io_stats().medium_bytes_read;
+  }
+  return s;
+}
+
 SsdIoStats ShapeBuckets::ssd_io_stats() const {
   SsdIoStats s;
   for (const auto& [v, b] : buckets_) {

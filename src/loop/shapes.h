@@ -94,6 +94,7 @@ class ShapeBuckets {
   uint64_t tier_peak_bytes(Tier t) const;
   uint64_t bytes_moved(Direction d) const;
   SsdIoStats ssd_io_stats() const;
+  HostIoStats host_io_stats() const;
   // Planning and prediction time of every plan of every bucket (measured).
   double planning_seconds() const;
 

@@ -122,6 +122,8 @@ Result<TrainingState> TrainingLoop::retire_executor() {
   retired_tier_peak_[1] = std::max(retired_tier_peak_[1], executor_->ssd_tier_stats().peak_in_use_bytes);
   retired_ssd_io_.disk_bytes_written += executor_->ssd_io_stats().disk_bytes_written;
   retired_ssd_io_.disk_bytes_read += executor_->ssd_io_stats().disk_bytes_read;
+  retired_host_io_.medium_bytes_written += executor_->host_io_stats().medium_bytes_written;
+  retired_host_io_.medium_bytes_read += executor_->host_io_stats().medium_bytes_read;
   // The compiled kernels do not depend on the plan: the next executor reuses them.
   compiled_ = executor_->take_compiled();
   executor_.reset();
@@ -258,6 +260,15 @@ SsdIoStats TrainingLoop::ssd_io_stats() const {
   if (executor_) {
     s.disk_bytes_written += executor_->ssd_io_stats().disk_bytes_written;
     s.disk_bytes_read += executor_->ssd_io_stats().disk_bytes_read;
+  }
+  return s;
+}
+
+HostIoStats TrainingLoop::host_io_stats() const {
+  HostIoStats s = retired_host_io_;
+  if (executor_) {
+    s.medium_bytes_written += executor_->host_io_stats().medium_bytes_written;
+    s.medium_bytes_read += executor_->host_io_stats().medium_bytes_read;
   }
   return s;
 }

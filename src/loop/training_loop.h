@@ -162,6 +162,8 @@ class TrainingLoop {
   uint64_t tier_peak_bytes(Tier t) const;
   // Bytes that crossed the disk so far, summed over every executor (the SSD tiers' own counters).
   SsdIoStats ssd_io_stats() const;
+  // Bytes the host tiers' memory took and gave back so far (coded or raw), summed likewise.
+  HostIoStats host_io_stats() const;
   // Bytes the transfers of every iteration so far moved in `d` (completed transfers).
   uint64_t bytes_moved(Direction d) const { return bytes_moved_[d == Direction::kSwapOut ? 0 : 1]; }
 
@@ -201,6 +203,7 @@ class TrainingLoop {
   uint64_t bytes_moved_[2] = {0, 0};
   uint64_t retired_peak_bytes_ = 0, retired_extent_bytes_ = 0, retired_tier_peak_[2] = {0, 0};
   SsdIoStats retired_ssd_io_;
+  HostIoStats retired_host_io_;
 };
 
 }  // namespace ferry

@@ -199,6 +199,7 @@ Status Executor::make_tiers() {
           "to the SSD tier",
           format_bytes(host_need.bytes), host_need.bytes, format_bytes(ho.capacity_bytes), ho.capacity_bytes));
     ho.checksum = options_.checksum;
+    ho.codec = options_.host_codec;
     FERRY_ASSIGN_OR_RETURN(std::unique_ptr<HostTier> host, HostTier::create(ho));
     FERRY_RETURN_IF_ERROR(host->fix_slots(fixed(host_need)));
     host_tier_ = std::move(host);

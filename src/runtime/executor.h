@@ -97,6 +97,9 @@ struct ExecutorOptions {
   // tensors of role activation) rounded to bfloat16 (SsdTierOptions::lossy_tensors). Training is
   // then no longer bitwise that of a run without a plan; verify_memory cannot be combined with it.
   bool ssd_lossy_activations = false;
+  // How the host tier stores every copy (HostTierOptions::codec): kNone raw, or a lossless codec.
+  // The user's choice (`--tier host --codec NAME`); plans predict host copies raw.
+  CodecId host_codec = CodecId::kNone;
   // Guard bytes, poisoned free memory and content checksums, checked after every op
   // (runtime/memory_verifier.h). The arena grows by the guards; the budget still bounds the
   // measured live bytes.
@@ -182,6 +185,11 @@ class Executor {
   SsdIoStats ssd_io_stats() const {
     const auto* ssd = dynamic_cast<const SsdTier*>(ssd_tier_.get());
     return ssd ? ssd->io_stats() : SsdIoStats{};
+  }
+  // The bytes the host tier's memory really took and gave back (coded with host_codec, or raw).
+  HostIoStats host_io_stats() const {
+    const auto* host = dynamic_cast<const HostTier*>(host_tier_.get());
+    return host ? host->io_stats() : HostIoStats{};
   }
   // With ssd_measure_codecs: the codecs measured per class of tensor so far.
   std::vector<CodecFigure> ssd_codec_figures() const {

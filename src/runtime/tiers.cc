@@ -285,9 +285,36 @@ void SwapTier::reset_peaks() {
 // ---------------------------------------------------------------------------------------------
 // HostTier
 
+// Note [Coded host slots]
+// With a codec, chunk k of a slot (input bytes [k * chunk_bytes, ...)) is copied from the source
+// into a worker's plain buffer and encoded as chunk k of a frame (FrameEncoder over the tensor's
+// bytes) into the worker's record buffer; its payload goes to slot.offset + k * chunk_bytes and its
+// 16-byte header to memory (CodedCopy). A payload never exceeds its chunk's input (a chunk the
+// codec does not shrink is stored raw), so the slot keeps its raw size and place: space
+// accounting, fix_slots and the plan's tier placement are unchanged. Reading decodes chunk k from
+// its header and its payload in place (decode_chunk's split form) into the plain buffer and copies
+// that to the destination. The frame's identity (codec, size, chunk size) is rebuilt from the
+// tier's options and the slot, so nothing else is kept. A flipped bit at rest fails the chunk's
+// payload checksum: kIoError naming the tensor and the chunk. Workers (a CodecContext and two
+// chunk buffers each) are pooled: the transfer engine's out- and in-threads code at once.
+
+struct HostTier::Worker {
+  explicit Worker(const HostTierOptions& o)
+      : ctx(o.codec_options), plain(o.chunk_bytes), record(max_chunk_encoded_bytes(o.chunk_bytes)) {}
+  CodecContext ctx;
+  std::vector<std::byte> plain, record;
+};
+
 Result<std::unique_ptr<HostTier>> HostTier::create(const HostTierOptions& options) {
   if (options.capacity_bytes == 0)
     return Status::InvalidArgument(fmt::format("{} tier: capacity must be positive", options.name));
+  if (is_lossy(options.codec))
+    return Status::InvalidArgument(fmt::format("{} tier: codec '{}' is lossy; the host tier stores copies losslessly",
+                                               options.name, to_string(options.codec)));
+  if (options.codec != CodecId::kNone) {
+    if (Result<FrameEncoder> e = FrameEncoder::create(options.codec, 1, options.chunk_bytes); !e.ok())
+      return e.status().with_context(fmt::format("{} tier", options.name));
+  }
   HostRegionOptions region_options = options.region;
   region_options.name = options.name + " tier";
   FERRY_ASSIGN_OR_RETURN(HostRegion region, HostRegion::map(options.capacity_bytes, region_options));
@@ -297,25 +324,134 @@ Result<std::unique_ptr<HostTier>> HostTier::create(const HostTierOptions& option
 HostTier::HostTier(const HostTierOptions& options, HostRegion region)
     : SwapTier(options.name, Tier::kHost, options.capacity_bytes, OffsetAllocator::kDefaultAlignment,
                options.checksum),
+      options_(options),
       region_(std::move(region)) {}
+
+HostTier::~HostTier() = default;
 
 std::span<std::byte> HostTier::stored_bytes(const SwapSlot& slot) {
   FERRY_CHECK(find(slot.tensor) == slot, "{} tier: stored_bytes of a stale slot of tensor {}", name(), slot.tensor);
   return {region_.data() + slot.offset, slot.bytes};
 }
 
+HostIoStats HostTier::io_stats() const { return {medium_bytes_[0].load(), medium_bytes_[1].load()}; }
+
 Status HostTier::store(const SwapSlot& slot, const SwapEndpoint& src, Hash64* hash) {
+  if (options_.codec != CodecId::kNone) return store_coded(slot, src, hash);
   std::span<std::byte> block(region_.data() + slot.offset, slot.bytes);
   FERRY_RETURN_IF_ERROR(
       src.copy_out(0, block).with_context(fmt::format("{} tier: write of tensor {}", name(), slot.tensor)));
   if (hash) hash->update(block);
+  medium_bytes_[0] += slot.bytes;
   return Status::Ok();
 }
 
 Status HostTier::load(const SwapSlot& slot, const SwapEndpoint& dst, Hash64* hash) {
+  if (options_.codec != CodecId::kNone) return load_coded(slot, dst, hash);
   std::span<const std::byte> block(region_.data() + slot.offset, slot.bytes);
   if (hash) hash->update(block);
-  return dst.copy_in(0, block).with_context(fmt::format("{} tier: read of tensor {}", name(), slot.tensor));
+  FERRY_RETURN_IF_ERROR(
+      dst.copy_in(0, block).with_context(fmt::format("{} tier: read of tensor {}", name(), slot.tensor)));
+  medium_bytes_[1] += slot.bytes;
+  return Status::Ok();
+}
+
+std::unique_ptr<HostTier::Worker> HostTier::acquire_worker() {
+  {
+    std::lock_guard lock(coded_mu_);
+    if (!idle_workers_.empty()) {
+      std::unique_ptr<Worker> w = std::move(idle_workers_.back());
+      idle_workers_.pop_back();
+      return w;
+    }
+  }
+  return std::make_unique<Worker>(options_);
+}
+
+void HostTier::release_worker(std::unique_ptr<Worker> worker) {
+  std::lock_guard lock(coded_mu_);
+  idle_workers_.push_back(std::move(worker));
+}
+
+Status HostTier::store_coded(const SwapSlot& slot, const SwapEndpoint& src, Hash64* hash) {
+  const std::string what = fmt::format("{} tier: write of tensor {}", name(), slot.tensor);
+  Result<FrameEncoder> enc = FrameEncoder::create(options_.codec, slot.bytes, options_.chunk_bytes);
+  if (!enc.ok()) return enc.status().with_context(what);
+  const FrameInfo& info = enc->info();
+  CodedCopy copy{slot.generation, std::vector<std::array<std::byte, kChunkHeaderBytes>>(info.chunk_count)};
+  {  // a failed write leaves no headers behind (the base class then refuses reads of the slot)
+    std::lock_guard lock(coded_mu_);
+    coded_.erase(slot.tensor);
+  }
+  std::unique_ptr<Worker> w = acquire_worker();
+  uint64_t stored = 0;
+  Status error;
+  for (uint32_t k = 0; k < info.chunk_count && error.ok(); ++k) {
+    std::span<std::byte> plain = std::span(w->plain).first(info.chunk_input_bytes(k));
+    if (Status st = src.copy_out(info.chunk_offset(k), plain); !st.ok()) {
+      error = st.with_context(what);
+      break;
+    }
+    if (hash) hash->update(plain);
+    Result<uint64_t> n = enc->encode_chunk(w->ctx, k, plain, w->record);
+    if (!n.ok()) {
+      error = n.status().with_context(fmt::format("{}: encoding chunk {} of {}", what, k, info.chunk_count));
+      break;
+    }
+    const uint64_t payload = *n - kChunkHeaderBytes;
+    std::memcpy(copy.chunk_headers[k].data(), w->record.data(), kChunkHeaderBytes);
+    std::memcpy(region_.data() + slot.offset + info.chunk_offset(k), w->record.data() + kChunkHeaderBytes, payload);
+    stored += payload;
+  }
+  release_worker(std::move(w));
+  if (!error.ok()) return error;
+  medium_bytes_[0] += stored;
+  std::lock_guard lock(coded_mu_);
+  coded_[slot.tensor] = std::move(copy);
+  return Status::Ok();
+}
+
+Status HostTier::load_coded(const SwapSlot& slot, const SwapEndpoint& dst, Hash64* hash) {
+  const std::string what = fmt::format("{} tier: read of tensor {}", name(), slot.tensor);
+  Result<FrameEncoder> enc = FrameEncoder::create(options_.codec, slot.bytes, options_.chunk_bytes);
+  if (!enc.ok()) return enc.status().with_context(what);
+  const FrameInfo& info = enc->info();
+  std::vector<std::array<std::byte, kChunkHeaderBytes>> headers;
+  {
+    std::lock_guard lock(coded_mu_);
+    auto it = coded_.find(slot.tensor);
+    FERRY_CHECK(it != coded_.end() && it->second.generation == slot.generation &&
+                    it->second.chunk_headers.size() == info.chunk_count,
+                "{} tier: tensor {} holds a copy but no chunk headers of it", name(), slot.tensor);
+    headers = it->second.chunk_headers;
+  }
+  std::unique_ptr<Worker> w = acquire_worker();
+  uint64_t loaded = 0;
+  Status error;
+  for (uint32_t k = 0; k < info.chunk_count && error.ok(); ++k) {
+    uint32_t payload_bytes = 0;
+    std::memcpy(&payload_bytes, headers[k].data(), sizeof payload_bytes);
+    const uint64_t input = info.chunk_input_bytes(k);
+    // decode_chunk checks the header against the chunk; clamp so that a bad header never reads
+    // past the chunk's place in the slot.
+    std::span<const std::byte> payload(region_.data() + slot.offset + info.chunk_offset(k),
+                                       std::min<uint64_t>(payload_bytes, input));
+    std::span<std::byte> plain = std::span(w->plain).first(input);
+    if (Status st = decode_chunk(w->ctx, info, k, headers[k], payload, plain); !st.ok()) {
+      error = st.with_context(fmt::format("{}, chunk {} of {} (region offset {})", what, k, info.chunk_count,
+                                          slot.offset + info.chunk_offset(k)));
+      break;
+    }
+    if (hash) hash->update(plain);
+    if (Status st = dst.copy_in(info.chunk_offset(k), plain); !st.ok()) {
+      error = st.with_context(what);
+      break;
+    }
+    loaded += payload.size();
+  }
+  release_worker(std::move(w));
+  if (error.ok()) medium_bytes_[1] += loaded;
+  return error;
 }
 
 }  // namespace ferry

@@ -19,6 +19,9 @@
 //   before they reach the medium), load() hashes them as they come back from the medium, and a
 //   difference is kInternal naming the tensor. It guards the medium and the tier's own offsets,
 //   which is where swapping can silently go wrong.
+// - Codecs: the host tier can store every copy coded with a lossless codec (HostTierOptions::codec,
+//   Note [Coded host slots] in tiers.cc), chunk by chunk, each payload at its chunk's raw place so
+//   that a slot keeps its raw size. The SSD tier codes per tensor as the plan says (ssd_tier.h).
 // - Thread safety: every method may be called from any thread. reserve/find/release and the
 //   counters are serialised by a mutex; write() and read() run their copies without it, so the
 //   transfer engine's out- and in-threads move different slots at the same time. A slot must not
@@ -32,6 +35,7 @@
 //   (*host)->release(*slot);                                    // the copy is dropped
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -47,6 +51,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "codec/codec.h"
 #include "backend/device_ptr.h"
 #include "common/host_region.h"
 #include "common/status.h"
@@ -225,27 +230,63 @@ struct HostTierOptions {
   bool checksum = false;
   // How the region is obtained and pre-faulted (its name is set to the tier's name).
   HostRegionOptions region = {};
+  // How copies are stored (codec/codec.h; Note [Coded host slots] in tiers.cc): kNone keeps the raw
+  // bytes; a lossless codec codes every copy in chunks of chunk_bytes, each chunk's payload at the
+  // chunk's raw place in the slot and its 16-byte chunk header in memory, so a slot takes exactly
+  // its raw space. Lossy codecs are refused (the host tier has no lossy stashing).
+  CodecId codec = CodecId::kNone;
+  CodecOptions codec_options = {};
+  uint32_t chunk_bytes = kDefaultChunkBytes;  // a multiple of 64 in [kMinChunkBytes, kMaxChunkBytes]
+};
+
+// Bytes the host tier's medium really holds and gives back, counted from completed transfers: the
+// coded payloads with a codec, the tensors' bytes without one. A codec's gain on the host tier,
+// measured.
+struct HostIoStats {
+  uint64_t medium_bytes_written = 0;
+  uint64_t medium_bytes_read = 0;
 };
 
 // Host memory: one pre-faulted HostRegion of exactly capacity_bytes, carved by the tier's
-// allocator. A copy to or from the device is one Backend copy straight into the region.
+// allocator. A raw copy to or from the device is one Backend copy straight into the region; a coded
+// one goes chunk by chunk through a staging buffer that the codec reads or fills.
 class HostTier final : public SwapTier {
  public:
-  // Errors: kInvalidArgument for a zero capacity; kOutOfMemory when the host cannot provide the
-  // region (HostRegion::map's message).
+  // Errors: kInvalidArgument for a zero capacity, a lossy codec or a bad chunk size; kOutOfMemory
+  // when the host cannot provide the region (HostRegion::map's message).
   static Result<std::unique_ptr<HostTier>> create(const HostTierOptions& options);
+  ~HostTier() override;
 
-  // The stored bytes of a live slot, for checks and for readers that want the copy in place
-  // (checkpoints). FERRY_CHECKs that the slot is live.
+  // The bytes of a live slot as the medium holds them (coded with options.codec), for checks.
+  // FERRY_CHECKs that the slot is live.
   std::span<std::byte> stored_bytes(const SwapSlot& slot);
+  const HostTierOptions& options() const { return options_; }
+  // Medium bytes moved so far (thread-safe).
+  HostIoStats io_stats() const;
 
  protected:
   Status store(const SwapSlot& slot, const SwapEndpoint& src, Hash64* hash) override;
   Status load(const SwapSlot& slot, const SwapEndpoint& dst, Hash64* hash) override;
 
  private:
+  struct Worker;  // one coding thread's context and staging buffers (tiers.cc)
   HostTier(const HostTierOptions& options, HostRegion region);
+  Status store_coded(const SwapSlot& slot, const SwapEndpoint& src, Hash64* hash);
+  Status load_coded(const SwapSlot& slot, const SwapEndpoint& dst, Hash64* hash);
+  std::unique_ptr<Worker> acquire_worker();
+  void release_worker(std::unique_ptr<Worker> worker);
+
+  HostTierOptions options_;
   HostRegion region_;
+  std::atomic<uint64_t> medium_bytes_[2] = {0, 0};  // written, read
+  // Coded copies: per tensor, the generation of the slot it was written to and its chunk headers.
+  struct CodedCopy {
+    uint64_t generation = 0;
+    std::vector<std::array<std::byte, kChunkHeaderBytes>> chunk_headers;
+  };
+  std::mutex coded_mu_;
+  std::unordered_map<TensorId, CodedCopy> coded_;
+  std::vector<std::unique_ptr<Worker>> idle_workers_;  // under coded_mu_
 };
 
 }  // namespace ferry

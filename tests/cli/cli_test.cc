@@ -338,8 +338,41 @@ TEST(Cli, TrainCodecOnTheSsdTier) {
   EXPECT_EQ(losses_of(d), losses_of(r));
   expect_failure(planned + " --codec gzip", 2, "unknown or lossy codec 'gzip' (use auto or a lossless codec: none, zero-mask, lz4");
   expect_failure(planned + " --codec bf16", 2, "lossy codec 'bf16'");
-  expect_failure(model + " --policy vdnn-all --budget 70% --codec lz4", 2, "--codec has no effect without --tier ssd");
+  expect_failure(model + " --policy vdnn-all --budget 70% --tier none --codec lz4", 2,
+                 "--codec has no effect without --tier ssd or --tier host");
   expect_failure(model + " --codec lz4", 2, "--codec has no effect");
+}
+
+// --tier host --codec NAME: every host copy is stored coded; the losses stay bitwise those of the
+// unlimited run; the JSON names the codec and the bytes the host tier's memory took (fewer with
+// zero-mask on a ReLU network than raw, which stores exactly the bytes that went out); auto keeps
+// host copies raw.
+TEST(Cli, TrainCodecOnTheHostTier) {
+  const std::string model = "train --model resnet-mini --batch 4 --iters 2 --seed 3 --no-progress --json";
+  Output ref = ferry(model);
+  ASSERT_EQ(ref.code, 0) << ref.out;
+  const auto r = nlohmann::json::parse(ref.out);
+  EXPECT_EQ(r["host_tier_bytes_stored"], 0);  // no host tier
+  const std::string planned = model + " --policy vdnn-all --checksum --tier host --budget " +
+                              std::to_string(r["predicted_peak_bytes"].get<uint64_t>() * 7 / 10);
+  uint64_t raw_stored = 0;
+  for (const char* codec : {"none", "auto", "zero-mask", "lz4", "zstd", "zero-mask+lz4"}) {
+    Output o = ferry(planned + " --codec " + codec);
+    ASSERT_EQ(o.code, 0) << codec << ": " << o.out;
+    const auto j = nlohmann::json::parse(o.out);
+    EXPECT_EQ(j["codec"], std::string(codec) == "auto" ? "none" : codec);
+    EXPECT_EQ(losses_of(j), losses_of(r)) << codec;
+    const uint64_t stored = j["host_tier_bytes_stored"].get<uint64_t>();
+    EXPECT_GT(stored, 0u) << codec;
+    EXPECT_GT(j["host_tier_bytes_loaded"].get<uint64_t>(), 0u) << codec;
+    if (std::string(codec) == "none" || std::string(codec) == "auto") {
+      if (raw_stored == 0) raw_stored = stored;
+      EXPECT_EQ(stored, raw_stored) << codec;
+    } else {
+      EXPECT_LE(stored, raw_stored) << codec;
+    }
+    if (std::string(codec) == "zero-mask") EXPECT_LT(stored, raw_stored);
+  }
 }
 
 // Planned with a GPU profile that has a host optimizer rate, ferry runs Adam's updates on the host

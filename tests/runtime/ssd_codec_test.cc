@@ -39,42 +39,9 @@ std::unique_ptr<SsdTier> make_tier(const SsdTierOptions& options) {
   return tier.ok() ? std::move(tier).value() : nullptr;
 }
 
-// ReLU-like float32 values: each word zero with probability `zero_fraction`, else |N(0,1)|; a
-// trailing partial word (sizes not a multiple of 4) is random.
-std::vector<std::byte> relu_bytes(uint64_t bytes, double zero_fraction, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::bernoulli_distribution zero(zero_fraction);
-  std::normal_distribution<float> normal;
-  std::vector<std::byte> out = test::pattern_bytes(seed, bytes, seed);
-  for (uint64_t i = 0; i + 4 <= bytes; i += 4) {
-    const float v = zero(rng) ? 0.0f : std::abs(normal(rng));
-    std::memcpy(out.data() + i, &v, 4);
-  }
-  return out;
-}
+using test::relu_bytes;
 
-struct DataCase {
-  const char* name;
-  std::vector<std::byte> bytes;
-};
-
-// Random, sparse and adversarial data at sizes around the 4 KiB block and the chunk.
-std::vector<DataCase> data_cases() {
-  std::vector<DataCase> cases;
-  for (uint64_t bytes : {uint64_t{1}, uint64_t{3}, uint64_t{4095}, uint64_t{4097}, kChunk, kChunk + 1,
-                         3 * kChunk + 100, uint64_t{60000}}) {
-    cases.push_back({"random", test::pattern_bytes(bytes, bytes, 11)});
-    cases.push_back({"zeros", std::vector<std::byte>(bytes)});
-    cases.push_back({"relu50", relu_bytes(bytes, 0.5, bytes + 1)});
-    cases.push_back({"relu90", relu_bytes(bytes, 0.9, bytes + 2)});
-  }
-  // Special float patterns compare as bit patterns: -0.0, NaN payloads, denormals.
-  std::vector<std::byte> special(3 * kChunk + 12);
-  const uint32_t words[] = {0x80000000u, 0x7fc00001u, 0xffc12345u, 0x00000001u, 0x00000000u, 0x007fffffu};
-  for (size_t i = 0; i + 4 <= special.size(); i += 4) std::memcpy(special.data() + i, &words[(i / 4) % 6], 4);
-  cases.push_back({"special-floats", special});
-  return cases;
-}
+std::vector<test::DataCase> data_cases() { return test::codec_data_cases(kChunk); }
 
 class SsdCodecTest : public ::testing::TestWithParam<std::tuple<CodecId, SsdIo>> {};
 
@@ -84,7 +51,7 @@ TEST_P(SsdCodecTest, EveryByteComesBackInTheSpaceItTakesRaw) {
   auto tier = make_tier(coded_options(dir, io, codec));
   ASSERT_NE(tier, nullptr);
   EXPECT_EQ(tier->io(), io);
-  const std::vector<DataCase> cases = data_cases();
+  const std::vector<test::DataCase> cases = data_cases();
   std::vector<SwapSlot> slots;
   uint64_t raw_in_use = 0;
   for (size_t i = 0; i < cases.size(); ++i) {

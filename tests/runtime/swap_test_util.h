@@ -11,7 +11,9 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <random>
 #include <string>
@@ -35,6 +37,43 @@ inline std::vector<std::byte> pattern_bytes(uint64_t id, uint64_t bytes, uint64_
     for (uint64_t j = 0; j < 8 && i + j < bytes; ++j) out[i + j] = static_cast<std::byte>(word >> (8 * j));
   }
   return out;
+}
+
+// ReLU-like float32 values: each word zero with probability `zero_fraction`, else |N(0,1)|; a
+// trailing partial word (sizes not a multiple of 4) is random.
+inline std::vector<std::byte> relu_bytes(uint64_t bytes, double zero_fraction, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::bernoulli_distribution zero(zero_fraction);
+  std::normal_distribution<float> normal;
+  std::vector<std::byte> out = pattern_bytes(seed, bytes, seed);
+  for (uint64_t i = 0; i + 4 <= bytes; i += 4) {
+    const float v = zero(rng) ? 0.0f : std::abs(normal(rng));
+    std::memcpy(out.data() + i, &v, 4);
+  }
+  return out;
+}
+
+// Data a codec must give back bitwise: random, all zeros, ReLU-like at 50% and 90% zeros, at sizes
+// around the 4 KiB block and the codec chunk `chunk`, and special float bit patterns (-0.0, NaN
+// payloads, denormals) that a codec comparing float values would lose.
+struct DataCase {
+  const char* name;
+  std::vector<std::byte> bytes;
+};
+inline std::vector<DataCase> codec_data_cases(uint64_t chunk) {
+  std::vector<DataCase> cases;
+  for (uint64_t bytes : {uint64_t{1}, uint64_t{3}, uint64_t{4095}, uint64_t{4097}, chunk, chunk + 1,
+                         3 * chunk + 100, uint64_t{60000}}) {
+    cases.push_back({"random", pattern_bytes(bytes, bytes, 11)});
+    cases.push_back({"zeros", std::vector<std::byte>(bytes)});
+    cases.push_back({"relu50", relu_bytes(bytes, 0.5, bytes + 1)});
+    cases.push_back({"relu90", relu_bytes(bytes, 0.9, bytes + 2)});
+  }
+  std::vector<std::byte> special(3 * chunk + 12);
+  const uint32_t words[] = {0x80000000u, 0x7fc00001u, 0xffc12345u, 0x00000001u, 0x00000000u, 0x007fffffu};
+  for (size_t i = 0; i + 4 <= special.size(); i += 4) std::memcpy(special.data() + i, &words[(i / 4) % 6], 4);
+  cases.push_back({"special-floats", special});
+  return cases;
 }
 
 // A fresh directory under /tmp, removed with its contents at the end of the test.
