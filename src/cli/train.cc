@@ -170,9 +170,9 @@ Result<std::optional<CodecId>> parse_lossless_codec(const std::string& name) {
 // The codec every host-tier copy is stored with: a named --codec with --tier host, else none (auto on
 // the host tier keeps copies raw: the planner does not weigh host codecs).
 CodecId host_codec(const TrainCliOptions& o) {
-  if (o.tier != "host" || o.codec == "auto") return CodecId::kNone;
-  const std::optional<CodecId> c = codec_from_string(o.codec);
-  return c.value_or(CodecId::kNone);  // checked with the options (parse_lossless_codec)
+  if (o.tier != "host") return CodecId::kNone;
+  Result<std::optional<CodecId>> c = parse_lossless_codec(o.codec);  // checked with the options
+  return c.ok() ? c->value_or(CodecId::kNone) : CodecId::kNone;
 }
 
 // Per class of tensor, the codec the plan gives its SSD copies: tensors and bytes coded, and the

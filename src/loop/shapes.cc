@@ -123,19 +123,13 @@ uint64_t ShapeBuckets::tier_peak_bytes(Tier t) const {
 
 HostIoStats ShapeBuckets::host_io_stats() const {
   HostIoStats s;
-  for (const auto& [v, b] : buckets_) {
-    s.medium_bytes_written += b->loop->host_io_stats().medium_bytes_written;
-    s.medium_bytes_read += b->loop->host_io_stats().medium_bytes_read;
-  }
+  for (const auto& [v, b] : buckets_) s += b->loop->host_io_stats();
   return s;
 }
 
 SsdIoStats ShapeBuckets::ssd_io_stats() const {
   SsdIoStats s;
-  for (const auto& [v, b] : buckets_) {
-    s.disk_bytes_written += b->loop->ssd_io_stats().disk_bytes_written;
-    s.disk_bytes_read += b->loop->ssd_io_stats().disk_bytes_read;
-  }
+  for (const auto& [v, b] : buckets_) s += b->loop->ssd_io_stats();
   return s;
 }
 

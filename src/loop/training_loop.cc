@@ -120,10 +120,8 @@ Result<TrainingState> TrainingLoop::retire_executor() {
   retired_extent_bytes_ = std::max(retired_extent_bytes_, extent);
   retired_tier_peak_[0] = std::max(retired_tier_peak_[0], executor_->host_tier_stats().peak_in_use_bytes);
   retired_tier_peak_[1] = std::max(retired_tier_peak_[1], executor_->ssd_tier_stats().peak_in_use_bytes);
-  retired_ssd_io_.disk_bytes_written += executor_->ssd_io_stats().disk_bytes_written;
-  retired_ssd_io_.disk_bytes_read += executor_->ssd_io_stats().disk_bytes_read;
-  retired_host_io_.medium_bytes_written += executor_->host_io_stats().medium_bytes_written;
-  retired_host_io_.medium_bytes_read += executor_->host_io_stats().medium_bytes_read;
+  retired_ssd_io_ += executor_->ssd_io_stats();
+  retired_host_io_ += executor_->host_io_stats();
   // The compiled kernels do not depend on the plan: the next executor reuses them.
   compiled_ = executor_->take_compiled();
   executor_.reset();
@@ -257,19 +255,13 @@ Result<uint64_t> TrainingLoop::measured_extent_bytes() const {
 
 SsdIoStats TrainingLoop::ssd_io_stats() const {
   SsdIoStats s = retired_ssd_io_;
-  if (executor_) {
-    s.disk_bytes_written += executor_->ssd_io_stats().disk_bytes_written;
-    s.disk_bytes_read += executor_->ssd_io_stats().disk_bytes_read;
-  }
+  if (executor_) s += executor_->ssd_io_stats();
   return s;
 }
 
 HostIoStats TrainingLoop::host_io_stats() const {
   HostIoStats s = retired_host_io_;
-  if (executor_) {
-    s.medium_bytes_written += executor_->host_io_stats().medium_bytes_written;
-    s.medium_bytes_read += executor_->host_io_stats().medium_bytes_read;
-  }
+  if (executor_) s += executor_->host_io_stats();
   return s;
 }
 

@@ -170,9 +170,8 @@ Result<CascadeReport> cascade_to_ssd(const PlanContext& ctx, Schedule& s, uint64
     // --codec auto: the copies keep their codecs only when the plan is predicted more than
     // kCodecMinGain faster with them than with every copy raw, as plan_policy asks of a policy's
     // own plan.
-    Schedule raw = s;
-    raw.ssd_codecs.clear();
-    FERRY_ASSIGN_OR_RETURN(Program raw_program, lower_for(ctx, raw));
+    Program raw_program = *after;  // the codecs are all lowering carries of them
+    raw_program.ssd_codecs.clear();
     FERRY_ASSIGN_OR_RETURN(const double coded_us, predicted_us(ctx, *after));
     FERRY_ASSIGN_OR_RETURN(const double raw_us, predicted_us(ctx, raw_program));
     if (coded_us >= (1 - kCodecMinGain) * raw_us) {

@@ -133,6 +133,11 @@ struct SsdTierOptions {
 struct SsdIoStats {
   uint64_t disk_bytes_written = 0;
   uint64_t disk_bytes_read = 0;
+  SsdIoStats& operator+=(const SsdIoStats& o) {
+    disk_bytes_written += o.disk_bytes_written;
+    disk_bytes_read += o.disk_bytes_read;
+    return *this;
+  }
 };
 
 namespace ssd_io {

@@ -374,9 +374,9 @@ void HostTier::release_worker(std::unique_ptr<Worker> worker) {
 }
 
 Status HostTier::store_coded(const SwapSlot& slot, const SwapEndpoint& src, Hash64* hash) {
-  const std::string what = fmt::format("{} tier: write of tensor {}", name(), slot.tensor);
+  auto what = [&] { return fmt::format("{} tier: write of tensor {}", name(), slot.tensor); };  // errors only
   Result<FrameEncoder> enc = FrameEncoder::create(options_.codec, slot.bytes, options_.chunk_bytes);
-  if (!enc.ok()) return enc.status().with_context(what);
+  if (!enc.ok()) return enc.status().with_context(what());
   const FrameInfo& info = enc->info();
   CodedCopy copy{slot.generation, std::vector<std::array<std::byte, kChunkHeaderBytes>>(info.chunk_count)};
   {  // a failed write leaves no headers behind (the base class then refuses reads of the slot)
@@ -386,16 +386,16 @@ Status HostTier::store_coded(const SwapSlot& slot, const SwapEndpoint& src, Hash
   std::unique_ptr<Worker> w = acquire_worker();
   uint64_t stored = 0;
   Status error;
-  for (uint32_t k = 0; k < info.chunk_count && error.ok(); ++k) {
+  for (uint32_t k = 0; k < info.chunk_count; ++k) {
     std::span<std::byte> plain = std::span(w->plain).first(info.chunk_input_bytes(k));
     if (Status st = src.copy_out(info.chunk_offset(k), plain); !st.ok()) {
-      error = st.with_context(what);
+      error = st.with_context(what());
       break;
     }
     if (hash) hash->update(plain);
     Result<uint64_t> n = enc->encode_chunk(w->ctx, k, plain, w->record);
     if (!n.ok()) {
-      error = n.status().with_context(fmt::format("{}: encoding chunk {} of {}", what, k, info.chunk_count));
+      error = n.status().with_context(fmt::format("{}: encoding chunk {} of {}", what(), k, info.chunk_count));
       break;
     }
     const uint64_t payload = *n - kChunkHeaderBytes;
@@ -412,9 +412,9 @@ Status HostTier::store_coded(const SwapSlot& slot, const SwapEndpoint& src, Hash
 }
 
 Status HostTier::load_coded(const SwapSlot& slot, const SwapEndpoint& dst, Hash64* hash) {
-  const std::string what = fmt::format("{} tier: read of tensor {}", name(), slot.tensor);
+  auto what = [&] { return fmt::format("{} tier: read of tensor {}", name(), slot.tensor); };  // errors only
   Result<FrameEncoder> enc = FrameEncoder::create(options_.codec, slot.bytes, options_.chunk_bytes);
-  if (!enc.ok()) return enc.status().with_context(what);
+  if (!enc.ok()) return enc.status().with_context(what());
   const FrameInfo& info = enc->info();
   std::vector<std::array<std::byte, kChunkHeaderBytes>> headers;
   {
@@ -428,7 +428,7 @@ Status HostTier::load_coded(const SwapSlot& slot, const SwapEndpoint& dst, Hash6
   std::unique_ptr<Worker> w = acquire_worker();
   uint64_t loaded = 0;
   Status error;
-  for (uint32_t k = 0; k < info.chunk_count && error.ok(); ++k) {
+  for (uint32_t k = 0; k < info.chunk_count; ++k) {
     uint32_t payload_bytes = 0;
     std::memcpy(&payload_bytes, headers[k].data(), sizeof payload_bytes);
     const uint64_t input = info.chunk_input_bytes(k);
@@ -438,13 +438,13 @@ Status HostTier::load_coded(const SwapSlot& slot, const SwapEndpoint& dst, Hash6
                                        std::min<uint64_t>(payload_bytes, input));
     std::span<std::byte> plain = std::span(w->plain).first(input);
     if (Status st = decode_chunk(w->ctx, info, k, headers[k], payload, plain); !st.ok()) {
-      error = st.with_context(fmt::format("{}, chunk {} of {} (region offset {})", what, k, info.chunk_count,
+      error = st.with_context(fmt::format("{}, chunk {} of {} (region offset {})", what(), k, info.chunk_count,
                                           slot.offset + info.chunk_offset(k)));
       break;
     }
     if (hash) hash->update(plain);
     if (Status st = dst.copy_in(info.chunk_offset(k), plain); !st.ok()) {
-      error = st.with_context(what);
+      error = st.with_context(what());
       break;
     }
     loaded += payload.size();

@@ -245,6 +245,11 @@ struct HostTierOptions {
 struct HostIoStats {
   uint64_t medium_bytes_written = 0;
   uint64_t medium_bytes_read = 0;
+  HostIoStats& operator+=(const HostIoStats& o) {
+    medium_bytes_written += o.medium_bytes_written;
+    medium_bytes_read += o.medium_bytes_read;
+    return *this;
+  }
 };
 
 // Host memory: one pre-faulted HostRegion of exactly capacity_bytes, carved by the tier's

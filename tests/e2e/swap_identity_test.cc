@@ -79,6 +79,17 @@ Result<Outcome> train(const Graph& g, const Schedule* schedule, uint64_t budget,
   return out;
 }
 
+// `g` with the CPU backend's tensor sizes and per-op scratch: what plans for the executor see.
+struct BackendSized {
+  Graph graph;
+  std::vector<uint64_t> scratch;
+};
+BackendSized backend_sized(const Graph& g, const BackendOptions& bo) {
+  auto backend = make_backend("cpu", bo).value();
+  auto compiled = backend->compile(g).value();
+  return {with_backend_sizes(g, *compiled), compiled->all_scratch_bytes()};
+}
+
 struct Case {
   const char* model;
   const char* policy;
@@ -104,10 +115,7 @@ TEST_P(SwapIdentity, BitwiseIdenticalWithinBudgetAsPredicted) {
   ASSERT_TRUE(reference.ok()) << reference.status().message();
 
   // Plan with the backend's real sizes, as `ferry train` does.
-  auto backend = make_backend("cpu", bo).value();
-  auto compiled = backend->compile(g).value();
-  const Graph sized = with_backend_sizes(g, *compiled);
-  const std::vector<uint64_t> scratch = compiled->all_scratch_bytes();
+  const auto [sized, scratch] = backend_sized(g, bo);
   const CostModel cost(load_profile("cpu-local").value());
   PlanContext ctx{.graph = sized, .cost = cost, .budget_bytes = 0, .tier = Tier::kHost, .op_scratch_bytes = scratch};
   // Checkmate: a node limit instead of a time limit keeps CBC's answer the same on a loaded machine.
@@ -194,13 +202,11 @@ TEST(CodecSwapIdentity, LosslessCodecsOnTheSsdTierAreBitwiseIdentical) {
     const BackendOptions bo;
     Result<Outcome> reference = train(g, nullptr, 0, bo);
     ASSERT_TRUE(reference.ok()) << reference.status().message();
-    auto backend = make_backend("cpu", bo).value();
-    auto compiled = backend->compile(g).value();
-    const Graph sized = with_backend_sizes(g, *compiled);
+    const BackendSized sized = backend_sized(g, bo);
     HardwareProfile hw = load_profile("cpu-local").value();
     const CostModel cost(hw);
-    PlanContext ctx{.graph = sized, .cost = cost, .budget_bytes = 0, .tier = Tier::kSsd,
-                    .op_scratch_bytes = compiled->all_scratch_bytes()};
+    PlanContext ctx{.graph = sized.graph, .cost = cost, .budget_bytes = 0, .tier = Tier::kSsd,
+                    .op_scratch_bytes = sized.scratch};
     Result<uint64_t> min_budget = find_min_budget("vdnn-all", ctx);  // swaps the most
     ASSERT_TRUE(min_budget.ok()) << min_budget.status().message();
     const uint64_t budget = *min_budget;
@@ -217,8 +223,8 @@ TEST(CodecSwapIdentity, LosslessCodecsOnTheSsdTierAreBitwiseIdentical) {
       const CostModel measured(hw, CostOptions{.codecs = figures});
       PlanContext c = ctx;
       c.ssd_codec = automatic ? std::nullopt : std::optional<CodecId>(codec);
-      PlanContext with_figures{.graph = sized, .cost = measured, .budget_bytes = budget, .tier = Tier::kSsd,
-                               .op_scratch_bytes = compiled->all_scratch_bytes()};
+      PlanContext with_figures{.graph = sized.graph, .cost = measured, .budget_bytes = budget, .tier = Tier::kSsd,
+                               .op_scratch_bytes = sized.scratch};
       Result<PlanReport> plan = plan_policy("vdnn-all", automatic ? with_figures : c);
       ASSERT_TRUE(plan.ok()) << plan.status().message();
       if (codec == CodecId::kNone && !automatic) {
@@ -263,12 +269,10 @@ TEST(CodecSwapIdentity, LosslessCodecsOnTheHostTierAreBitwiseIdentical) {
     const BackendOptions bo;
     Result<Outcome> reference = train(g, nullptr, 0, bo);
     ASSERT_TRUE(reference.ok()) << reference.status().message();
-    auto backend = make_backend("cpu", bo).value();
-    auto compiled = backend->compile(g).value();
-    const Graph sized = with_backend_sizes(g, *compiled);
+    const BackendSized sized = backend_sized(g, bo);
     const CostModel cost(load_profile("cpu-local").value());
-    PlanContext ctx{.graph = sized, .cost = cost, .budget_bytes = 0, .tier = Tier::kHost,
-                    .op_scratch_bytes = compiled->all_scratch_bytes()};
+    PlanContext ctx{.graph = sized.graph, .cost = cost, .budget_bytes = 0, .tier = Tier::kHost,
+                    .op_scratch_bytes = sized.scratch};
     Result<uint64_t> budget = find_min_budget("vdnn-all", ctx);  // swaps the most
     ASSERT_TRUE(budget.ok()) << budget.status().message();
     ctx.budget_bytes = *budget;
