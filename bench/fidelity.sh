@@ -6,12 +6,13 @@
 #      bandwidths of this machine -> MODEL.trace.json (op times) + MODEL.hw.json (profile).
 #   2. `ferry train` without a policy (with --op-times/--device): the no-swap run; its predicted
 #      arena is the no-swap peak the budgets are fractions of.
-#   3. per seed policy: `ferry plan --trace MODEL.trace.json --device MODEL.hw.json
-#      --find-min-budget` (the policy's own minimum), then per budget (that minimum, and 50% of the
-#      no-swap peak when it is feasible) and tier (host, ssd): `ferry train --policy P --budget B
-#      --tier T --op-times MODEL.trace.json --device MODEL.hw.json --json`. That run plans, predicts
-#      the exact schedule it executes with the simulator (from step 1's figures only), then runs
-#      and measures it; both land in one JSON.
+#   3. per seed policy and tier (host, ssd): `ferry plan --trace MODEL.trace.json --device
+#      MODEL.hw.json --tier T --find-min-budget` (the policy's own minimum on that tier), then per
+#      budget (that minimum, and 50% of the no-swap peak when it is feasible): `ferry train --policy P --budget B
+#      --tier T --op-times MODEL.trace.json --device MODEL.hw.json --static-plan --json`. That run
+#      plans, predicts the exact schedule it executes with the simulator (from step 1's figures
+#      only: --static-plan keeps the dynamic loop from re-planning on figures measured in the run),
+#      then runs and measures it; both land in one JSON.
 # bench/fidelity_table.py turns the JSON files into a table: predicted vs measured iteration time,
 # peaks, and the distribution of measured/predicted time over every transfer. Recompute-only
 # policies (checkpoint-sqrt, checkmate) never touch a tier: they run once, on the host tier.
@@ -54,22 +55,29 @@ for spec in "${specs[@]}"; do
     --storage-bytes 256MiB >"$out/$name.profile.txt" 2>&1 || { echo "  profile failed" >&2; continue; }
   common=(--model "${args[@]}" --iters "$iters" --op-times "$trace" --device "$hw" --json --no-progress)
   "$ferry" train "${common[@]}" >"$out/$name.none.json" 2>"$out/$name.none.err" || { echo "  no-swap run failed" >&2; continue; }
+  /usr/bin/python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); j["case"]={"model":sys.argv[2],"policy":"none","budget":"-","tier":"-"}; json.dump(j,open(sys.argv[1],"w"))' \
+    "$out/$name.none.json" "$spec"
   peak=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["predicted_peak_bytes"])' "$out/$name.none.json")
   for p in "${pols[@]}"; do
-    min=$("$ferry" plan --trace "$trace" --device "$hw" --policy "$p" --find-min-budget --json 2>"$out/$name.$p.min.err" |
-          /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["min_budget_bytes"])' 2>/dev/null) || min=""
-    if [[ -z $min ]]; then echo "  $p: no minimum ($(tail -c 200 "$out/$name.$p.min.err"))" >&2; continue; fi
-    half=$((peak / 2))
-    budgets=("min:$min")
-    ((half >= min)) && budgets+=("50%:$half")
     tiers=(host ssd)
     [[ $p == checkpoint-sqrt || $p == checkmate ]] && tiers=(host)
-    for b in "${budgets[@]}"; do
-      for t in "${tiers[@]}"; do
+    extra=()
+    [[ $p == checkmate ]] && extra=(--checkmate-time-limit 60)
+    for t in "${tiers[@]}"; do
+      # The minimum is the policy's own on this tier: a policy that weighs transfer times (capuchin,
+      # lms) plans differently for the slower SSD link.
+      min=$("$ferry" plan --trace "$trace" --device "$hw" --policy "$p" --tier "$t" "${extra[@]}" --find-min-budget \
+              --json 2>"$out/$name.$p.$t.min.err" |
+            /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["min_budget_bytes"])' 2>/dev/null) || min=""
+      if [[ -z $min ]]; then echo "  $p tier $t: no minimum ($(tail -c 200 "$out/$name.$p.$t.min.err"))" >&2; continue; fi
+      half=$((peak / 2))
+      budgets=("min:$min")
+      ((half >= min)) && budgets+=("50%:$half")
+      for b in "${budgets[@]}"; do
         label=${b%%:*}; bytes=${b#*:}
         f="$out/$name.$p.${label%\%}.$t.json"
         echo "  $p budget $label ($bytes bytes) tier $t" >&2
-        "$ferry" train "${common[@]}" --policy "$p" --budget "$bytes" --tier "$t" --checkmate-time-limit 60 \
+        "$ferry" train "${common[@]}" --policy "$p" --budget "$bytes" --tier "$t" --static-plan "${extra[@]}" \
           >"$f" 2>"${f%.json}.err" || echo "    failed: $(tail -c 300 "${f%.json}.err")" >&2
         /usr/bin/python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); j["case"]={"model":sys.argv[2],"policy":sys.argv[3],"budget":sys.argv[4],"tier":sys.argv[5]}; json.dump(j,open(sys.argv[1],"w"))' \
           "$f" "$spec" "$p" "$label" "$t" 2>/dev/null || true

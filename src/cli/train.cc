@@ -590,9 +590,10 @@ nlohmann::json train_report_json(const TrainCliOptions& o, const TrainSetup& s, 
   j["loop_events"] = nlohmann::json::array();
   for (const LoopEvent& ev : loop.events())
     j["loop_events"].push_back({{"after_iteration", ev.after_iteration}, {"what", ev.what}});
-  // Predicted: the plan's figures.
-  j["predicted_peak_bytes"] = e.predicted_peak_bytes();
-  j["predicted_live_peak_bytes"] = e.predicted_live_peak_bytes();
+  // Predicted: the plans' figures, the largest over every plan the run executed (the counterparts of
+  // the measured maxima above; one plan without re-planning or shape buckets).
+  j["predicted_peak_bytes"] = buckets.predicted_peak_bytes();
+  j["predicted_live_peak_bytes"] = buckets.predicted_live_peak_bytes();
   j["predicted_host_tier_bytes"] = e.tier_placement(Tier::kHost).bytes;
   j["predicted_ssd_tier_bytes"] = e.tier_placement(Tier::kSsd).bytes;
   j["verify_memory"] = o.verify_memory;
@@ -679,7 +680,7 @@ void print_train_summary(const TrainCliOptions& o, const TrainSetup& s, ShapeBuc
               format_bytes(buckets.measured_peak_bytes()).c_str(), format_bytes(r.extent_bytes).c_str(),
               format_bytes(e.budget_bytes()).c_str());
   std::printf("                  predicted: peak %s held, %s placed (weights+state %s)\n",
-              format_bytes(e.predicted_live_peak_bytes()).c_str(), format_bytes(e.predicted_peak_bytes()).c_str(),
+              format_bytes(buckets.predicted_live_peak_bytes()).c_str(), format_bytes(buckets.predicted_peak_bytes()).c_str(),
               format_bytes(e.persistent_region_bytes()).c_str());
   std::printf("  host memory     measured: process peak RSS %s", format_bytes(peak_rss_bytes()).c_str());
   if (const uint64_t host = buckets.tier_peak_bytes(Tier::kHost); host > 0)

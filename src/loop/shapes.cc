@@ -100,6 +100,18 @@ Status ShapeBuckets::prepare(int64_t iteration) {
   return Status::Ok();
 }
 
+uint64_t ShapeBuckets::predicted_live_peak_bytes() const {
+  uint64_t m = 0;
+  for (const auto& [v, b] : buckets_) m = std::max(m, b->loop->predicted_live_peak_bytes());
+  return m;
+}
+
+uint64_t ShapeBuckets::predicted_peak_bytes() const {
+  uint64_t m = 0;
+  for (const auto& [v, b] : buckets_) m = std::max(m, b->loop->predicted_peak_bytes());
+  return m;
+}
+
 uint64_t ShapeBuckets::measured_peak_bytes() const {
   uint64_t m = 0;
   for (const auto& [v, b] : buckets_) m = std::max(m, b->loop->measured_peak_bytes());

@@ -91,6 +91,9 @@ class ShapeBuckets {
   // Maxima over every bucket's executors (measured).
   uint64_t measured_peak_bytes() const;
   Result<uint64_t> measured_extent_bytes() const;
+  // Maxima over every bucket's plans (predicted): the counterparts of the measured maxima.
+  uint64_t predicted_live_peak_bytes() const;
+  uint64_t predicted_peak_bytes() const;
   uint64_t tier_peak_bytes(Tier t) const;
   uint64_t bytes_moved(Direction d) const;
   SsdIoStats ssd_io_stats() const;

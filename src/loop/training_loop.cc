@@ -116,6 +116,8 @@ Result<TrainingState> TrainingLoop::retire_executor() {
   FERRY_CHECK(executor_ != nullptr, "the training loop is suspended");
   FERRY_ASSIGN_OR_RETURN(TrainingState state, executor_->save_state());
   retired_peak_bytes_ = std::max(retired_peak_bytes_, executor_->measured_peak_bytes());
+  retired_predicted_live_bytes_ = std::max(retired_predicted_live_bytes_, executor_->predicted_live_peak_bytes());
+  retired_predicted_arena_bytes_ = std::max(retired_predicted_arena_bytes_, executor_->predicted_peak_bytes());
   FERRY_ASSIGN_OR_RETURN(uint64_t extent, executor_->measured_extent_bytes());
   retired_extent_bytes_ = std::max(retired_extent_bytes_, extent);
   retired_tier_peak_[0] = std::max(retired_tier_peak_[0], executor_->host_tier_stats().peak_in_use_bytes);
@@ -240,6 +242,16 @@ bool DriftWatch::add(double ms) {
 
 double DriftWatch::streak_mean_ms() const {
   return streak_.empty() ? 0 : std::accumulate(streak_.begin(), streak_.end(), 0.0) / static_cast<double>(streak_.size());
+}
+
+uint64_t TrainingLoop::predicted_live_peak_bytes() const {
+  if (!executor_) return retired_predicted_live_bytes_;
+  return std::max(retired_predicted_live_bytes_, executor_->predicted_live_peak_bytes());
+}
+
+uint64_t TrainingLoop::predicted_peak_bytes() const {
+  if (!executor_) return retired_predicted_arena_bytes_;
+  return std::max(retired_predicted_arena_bytes_, executor_->predicted_peak_bytes());
 }
 
 uint64_t TrainingLoop::measured_peak_bytes() const {

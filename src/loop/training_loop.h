@@ -159,6 +159,10 @@ class TrainingLoop {
   // Measurements over every executor the run used (Note [Measured memory] in executor.h).
   uint64_t measured_peak_bytes() const;
   Result<uint64_t> measured_extent_bytes() const;
+  // Their predicted counterparts: the largest live peak and arena any of those executors' plans
+  // predicted (a re-plan may predict less than an earlier plan the run also executed).
+  uint64_t predicted_live_peak_bytes() const;
+  uint64_t predicted_peak_bytes() const;
   uint64_t tier_peak_bytes(Tier t) const;
   // Bytes that crossed the disk so far, summed over every executor (the SSD tiers' own counters).
   SsdIoStats ssd_io_stats() const;
@@ -202,6 +206,7 @@ class TrainingLoop {
   // Of executors already replaced.
   uint64_t bytes_moved_[2] = {0, 0};
   uint64_t retired_peak_bytes_ = 0, retired_extent_bytes_ = 0, retired_tier_peak_[2] = {0, 0};
+  uint64_t retired_predicted_live_bytes_ = 0, retired_predicted_arena_bytes_ = 0;
   SsdIoStats retired_ssd_io_;
   HostIoStats retired_host_io_;
 };

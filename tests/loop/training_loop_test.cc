@@ -3,6 +3,7 @@
 // from a streak of iterations, and a slower disk's figures move the plan away from the disk.
 #include "loop/training_loop.h"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 
@@ -93,12 +94,19 @@ TEST(TrainingLoop, ReplanningAtEveryBoundaryChangesNoNumber) {
     ASSERT_TRUE((*loop)->initialize().ok());
     auto data = make_synthetic_data(3);
     std::vector<float> losses;
+    uint64_t largest_run = 0;  // the largest prediction of an executor that ran an iteration
     for (int i = 0; i < kIters; ++i) {
+      largest_run = std::max(largest_run, (*loop)->executor().predicted_live_peak_bytes());
       Result<LoopIteration> it = (*loop)->run_iteration(i, *data);
       ASSERT_TRUE(it.ok()) << it.status().message();
       losses.push_back(it->stats.loss);
       EXPECT_LE((*loop)->executor().measured_peak_bytes(), budget);
     }
+    // Over the run, measured and predicted are maxima over every executor, not the last plan's
+    // (the last, made after the last iteration, has run nothing): each plan's peak is exact.
+    EXPECT_EQ((*loop)->measured_peak_bytes(), largest_run);
+    EXPECT_EQ((*loop)->predicted_live_peak_bytes(),
+              std::max(largest_run, (*loop)->executor().predicted_live_peak_bytes()));
     int rebuilt = 0;
     for (const PlanVersion& v : (*loop)->plan_versions()) rebuilt += v.new_executor ? 1 : 0;
     EXPECT_GE(rebuilt, kIters - 1) << "the executor must really have been replaced";
