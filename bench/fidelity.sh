@@ -44,6 +44,11 @@ mkdir -p "$out"
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-passive}
 echo "fidelity: results under $out" >&2
 
+# tag_case FILE MODEL POLICY BUDGET TIER: records which case a JSON file is, for fidelity_table.py.
+tag_case() {
+  /usr/bin/python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); j["case"]=dict(zip(("model","policy","budget","tier"),sys.argv[2:])); json.dump(j,open(sys.argv[1],"w"))' "$@"
+}
+
 IFS=';' read -ra specs <<<"$models"
 IFS=',' read -ra pols <<<"$policies"
 for spec in "${specs[@]}"; do
@@ -55,8 +60,7 @@ for spec in "${specs[@]}"; do
     --storage-bytes 256MiB >"$out/$name.profile.txt" 2>&1 || { echo "  profile failed" >&2; continue; }
   common=(--model "${args[@]}" --iters "$iters" --op-times "$trace" --device "$hw" --json --no-progress)
   "$ferry" train "${common[@]}" >"$out/$name.none.json" 2>"$out/$name.none.err" || { echo "  no-swap run failed" >&2; continue; }
-  /usr/bin/python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); j["case"]={"model":sys.argv[2],"policy":"none","budget":"-","tier":"-"}; json.dump(j,open(sys.argv[1],"w"))' \
-    "$out/$name.none.json" "$spec"
+  tag_case "$out/$name.none.json" "$spec" none - -
   peak=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["predicted_peak_bytes"])' "$out/$name.none.json")
   for p in "${pols[@]}"; do
     tiers=(host ssd)
@@ -79,8 +83,7 @@ for spec in "${specs[@]}"; do
         echo "  $p budget $label ($bytes bytes) tier $t" >&2
         "$ferry" train "${common[@]}" --policy "$p" --budget "$bytes" --tier "$t" --static-plan "${extra[@]}" \
           >"$f" 2>"${f%.json}.err" || echo "    failed: $(tail -c 300 "${f%.json}.err")" >&2
-        /usr/bin/python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); j["case"]={"model":sys.argv[2],"policy":sys.argv[3],"budget":sys.argv[4],"tier":sys.argv[5]}; json.dump(j,open(sys.argv[1],"w"))' \
-          "$f" "$spec" "$p" "$label" "$t" 2>/dev/null || true
+        tag_case "$f" "$spec" "$p" "$label" "$t" 2>/dev/null || true
       done
     done
   done

@@ -180,9 +180,9 @@ HardwareProfile make_local_profile(const Graph& g, const OpProfile& ops, const s
   for (auto& e : p.efficiency) e = OpEfficiency{0.6, 0.6};
   p.memory_capacity_bytes = 8ull << 30;
   // Bandwidth: the best rate among the largest requests (small copies hit the caches and would
-  // overstate it), or the line's rate below if higher. Latency: the intercept of the line through the smallest request's best time and
-  // the largest request's time at the same queue depth (time = latency + bytes / rate), clamped to
-  // [0, the smallest request's time]. Taking the smallest request's whole time as the latency
+  // overstate it), or the line's rate below if higher. Latency: the intercept of the line through
+  // the smallest request's best time and the largest request's time at the same queue depth
+  // (time = latency + bytes / rate), clamped to [0, the smallest request's time]. Taking the smallest request's whole time as the latency
   // counted its data twice: a 1 MiB direct-I/O request (then the smallest) is mostly data, and
   // every small SSD transfer was predicted about 3x slower than it ran. A line through 1 and 8 MiB
   // alone extrapolated a noisy intercept (1 to 370 us on one disk), hence the 64 KiB requests.

@@ -32,7 +32,7 @@ struct TransferSample {
   uint64_t request_bytes = 0;
   int queue_depth = 1;
   double bytes_per_s = 0;
-  double latency_us = 0;     // time of the smallest request
+  double latency_us = 0;     // time of one request (per worker at queue_depth)
 };
 
 // Device arena <-> host pool copies through the backend, at several sizes.

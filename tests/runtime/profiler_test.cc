@@ -27,8 +27,8 @@ TEST(LocalProfile, LatencyIsTheInterceptNotTheSmallestRequestsWholeTime) {
   for (const TransferSample& s : exact_samples("h2d", 0.5, 12e9, {4096, 1 << 20, 64 << 20})) link.push_back(s);
   Graph g;
   const HardwareProfile p = make_local_profile(g, OpProfile{}, link, storage);
-  // The bandwidth is the largest request's rate, which still carries its latency: the intercept
-  // comes back within that small error, not as the 1 MiB request's whole time.
+  // Latency and rate come back from the line through the smallest and largest requests, not as the
+  // 1 MiB request's whole time (which the old rule took: 760 us for reads).
   EXPECT_NEAR(p.storage.read_latency_us, 60, 6);
   EXPECT_NEAR(p.storage.write_latency_us, 150, 6);
   EXPECT_NEAR(p.host_link.device_to_host.latency_us, 0.5, 0.05);
