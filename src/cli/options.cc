@@ -49,6 +49,11 @@ void add_graph_options(CLI::App* app, GraphOptions& o, const std::string& defaul
                   "tensor cores), amp-fp16 or amp-bf16 (mixed precision: 16-bit activations and gradients, fp32 master "
                   "weights with 16-bit copies, fp32 optimizer state). Sizes and the cost model follow it; a device "
                   "profile without the rate it needs is an error. `train` and `profile` run fp32 only (CPU backend)");
+  app->add_option("--layout", o.layout,
+                  "Activation layout on a GPU, for the cost model: nhwc (default: channels last, what tensor-core "
+                  "convolutions read, NVIDIA's recipe) or nchw (PyTorch's default: every 16-bit convolution then pays "
+                  "transposes of its operands and result, docs/cost-model.md). Changes no tensor and nothing the CPU "
+                  "backend runs");
   for (CLI::Option* given_by_the_trace : {model, batch, image, seq, depth, optimizer})
     trace->excludes(given_by_the_trace);
 }
@@ -102,9 +107,15 @@ Status apply_trace_precision(const std::string& given, Graph& g) {
 }  // namespace
 
 Result<Graph> load_graph(const GraphOptions& o) {
+  std::optional<Layout> layout;
+  if (!o.layout.empty()) {
+    layout = layout_from_string(o.layout);
+    if (!layout) return Status::InvalidArgument(fmt::format("unknown layout '{}' (use nhwc or nchw)", o.layout));
+  }
   if (!o.trace.empty()) {
     FERRY_ASSIGN_OR_RETURN(Graph g, load_trace(o.trace));
     FERRY_RETURN_IF_ERROR(apply_trace_precision(o.precision, g));
+    if (layout) g.info.layout = *layout;
     return g;
   }
   ModelConfig c;
@@ -138,7 +149,9 @@ Result<Graph> load_graph(const GraphOptions& o) {
     lr = *o.lr;
   }
   c.train.lr = static_cast<float>(lr);
-  return build_model(o.model, c);
+  FERRY_ASSIGN_OR_RETURN(Graph g, build_model(o.model, c));
+  if (layout) g.info.layout = *layout;
+  return g;
 }
 
 std::string describe(const Graph& g) {
@@ -149,6 +162,7 @@ std::string describe(const Graph& g) {
   if (g.info.seq > 0) parts.push_back(fmt::format("seq {}", g.info.seq));
   parts.emplace_back(to_string(g.info.optimizer));
   if (g.info.precision != Precision::kFp32) parts.emplace_back(to_string(g.info.precision));
+  if (g.info.layout != Layout::kNhwc) parts.emplace_back(to_string(g.info.layout));
   return fmt::format("{} ({})", s, fmt::join(parts, ", "));
 }
 

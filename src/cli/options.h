@@ -21,6 +21,7 @@ struct GraphOptions {
   std::string optimizer = "sgd";
   std::optional<double> lr;  // --lr; absent: default_learning_rate()
   std::string precision;  // "" = not given: fp32 for zoo models, the trace's own for traces
+  std::string layout;     // "" = not given: nhwc for zoo models, the trace's own for traces
 };
 
 // Adds --model/--trace/--batch/--image/--seq/--optimizer/--precision to a subcommand (--trace

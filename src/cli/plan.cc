@@ -141,6 +141,7 @@ nlohmann::json to_json(const SimResult& r, const PlanSetup& s) {
   j["compute_ms"] = r.compute_busy_us / 1e3;
   j["recompute_ms"] = r.recompute_us / 1e3;
   j["stall_ms"] = r.stall_us / 1e3;
+  j["interference_ms"] = r.interference_us / 1e3;
   j["peak_bytes"] = r.peak_device_bytes;
   j["peak_in_use_bytes"] = r.peak_in_use_bytes;
   j["persistent_bytes"] = r.persistent_bytes;
@@ -349,6 +350,9 @@ void print_plan_summary(const PlanOptions& o, const PlanSetup& s, const TieredPl
   if (planned.swapped_tensors > 0) std::printf("  tiers       %s\n", tiers_text(tiered).c_str());
   std::printf("  iteration   %10.2f ms  (compute %.2f ms, recompute %.2f ms, stalls %.2f ms)\n", r.iteration_us / 1e3,
               r.compute_busy_us / 1e3, r.recompute_us / 1e3, r.stall_us / 1e3);
+  if (r.interference_us > 0)
+    std::printf("  copies slow the ops beside them by %.2f ms in all (compute interference, part of compute)\n",
+                r.interference_us / 1e3);
   if (r.num_host_updates > 0)
     std::printf("  host        %zu optimizer updates on the host (ZeRO-Offload), %.2f ms of host time beside the device\n",
                 r.num_host_updates, r.host_update_us / 1e3);

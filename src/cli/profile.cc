@@ -32,6 +32,7 @@ struct ProfileOptions {
   std::string hardware_out;
   std::string storage_dir;
   std::string storage_bytes = "256MiB";
+  int interference_iters = 3;
   std::string conv_algo = "auto";
   std::string calibrate;  // a trace with measured op times
   std::string device;     // the profile to calibrate
@@ -110,11 +111,20 @@ int run_profile(const ProfileOptions& o) {
   std::fprintf(stderr, "measuring direct I/O in '%s'...\n", dir.empty() ? "." : dir.c_str());
   Result<std::vector<TransferSample>> storage = measure_storage(dir.empty() ? "." : dir, *storage_bytes);
   if (!storage.ok()) return report(storage.status());
+  std::vector<InterferenceSample> interference;
+  if (o.interference_iters > 0) {
+    std::fprintf(stderr, "measuring how much each path's copies slow the iteration (%d iterations per path)...\n",
+                 o.interference_iters);
+    Result<std::vector<InterferenceSample>> m = measure_interference(
+        *g, **backend, *data, dir.empty() ? "." : dir, std::min(o.warmup, 1), o.interference_iters, o.seed);
+    if (!m.ok()) return report(m.status());
+    interference = std::move(*m);
+  }
 
   Graph timed = *g;
   for (Op& op : timed.ops) op.time_us = ops->median_us[op.id];
   if (Status s = save_trace(timed, o.out); !s.ok()) return report(s);
-  HardwareProfile hw = make_local_profile(*g, *ops, *link, *storage);
+  HardwareProfile hw = make_local_profile(*g, *ops, *link, *storage, interference);
   const std::string hw_path = o.hardware_out.empty() ? o.out + ".hardware.json" : o.hardware_out;
   if (Status s = save_profile(hw, hw_path); !s.ok()) return report(s);
 
@@ -127,6 +137,11 @@ int run_profile(const ProfileOptions& o) {
     for (const TransferSample& s : *v)
       std::printf("  %-10s %12s %6d %11.2f GB/s %9.1f us\n", s.path.c_str(), format_bytes(s.request_bytes).c_str(),
                   s.queue_depth, s.bytes_per_s / 1e9, s.latency_us);
+  if (!interference.empty()) {
+    std::printf("  %-10s %12s %12s %13s\n", "path", "alone", "with copies", "interference");
+    for (const InterferenceSample& s : interference)
+      std::printf("  %-10s %9.1f ms %9.1f ms %13.2f\n", s.path.c_str(), s.alone_ms, s.with_ms, s.factor());
+  }
   std::printf("wrote the trace (with measured op times) to %s and the hardware profile to %s\n", o.out.c_str(),
               hw_path.c_str());
   return 0;
@@ -156,6 +171,12 @@ void register_profile(CLI::App& app, std::function<int()>& action) {
   cmd->add_option("--seed", o->seed, "Seed of the weights and data")->capture_default_str();
   cmd->add_option("--storage-dir", o->storage_dir, "Directory for the direct-I/O measurement (default: OUT's)");
   cmd->add_option("--storage-bytes", o->storage_bytes, "Bytes written and read per storage measurement")
+      ->capture_default_str();
+  cmd->add_option("--interference-iters", o->interference_iters,
+                  "Iterations per condition of the compute-interference measurement (the model alone, then with each "
+                  "path's copies looping beside it: how much slower ops run while a copy moves data, the profile's "
+                  "compute_interference); 0: skip it, the profile then says 0")
+      ->check(CLI::Range(0, 1000))
       ->capture_default_str();
   add_backend_options(cmd, o->conv_algo);
   cmd->callback([o, &action] { action = [o] { return run_profile(*o); }; });

@@ -543,7 +543,8 @@ nlohmann::json plan_versions_json(const TrainingLoop& loop) {
                    {"planning_seconds", v.planning_seconds},
                    {"swapped_tensors", v.swapped_tensors},
                    {"recomputed_tensors", v.recomputed_tensors},
-                   {"new_executor", v.new_executor}});
+                   {"new_executor", v.new_executor},
+                   {"kept_current", v.kept_current}});
   return out;
 }
 
@@ -600,6 +601,7 @@ nlohmann::json train_report_json(const TrainCliOptions& o, const TrainSetup& s, 
   if (s.predicted) {
     j["predicted"] = {{"iteration_ms", s.predicted->iteration_us / 1e3},
                       {"stall_ms", s.predicted->stall_us / 1e3},
+                      {"interference_ms", s.predicted->interference_us / 1e3},
                       {"live_peak_bytes", s.predicted->peak_in_use_bytes},
                       {"peak_bytes", s.predicted->peak_device_bytes},
                       {"device", o.device},
@@ -674,8 +676,12 @@ void print_train_summary(const TrainCliOptions& o, const TrainSetup& s, ShapeBuc
   std::printf("  iteration time  median %.1f ms (first %.1f ms), measured\n", r.median_ms,
               r.iterations.front().time_ms);
   if (s.predicted)
-    std::printf("                  predicted %.1f ms by the last plan (figures: %s; device profile %s)\n",
-                s.predicted->iteration_us / 1e3, s.profile_source.c_str(), o.device.c_str());
+    std::printf("                  predicted %.1f ms by the last plan (figures: %s; device profile %s)%s\n",
+                s.predicted->iteration_us / 1e3, s.profile_source.c_str(), o.device.c_str(),
+                s.predicted->interference_us > 0
+                    ? fmt::format(", of which {:.1f} ms copies slowing the ops beside them",
+                                  s.predicted->interference_us / 1e3).c_str()
+                    : "");
   std::printf("  device memory   measured: peak %s held, highest byte written at %s; budget %s\n",
               format_bytes(buckets.measured_peak_bytes()).c_str(), format_bytes(r.extent_bytes).c_str(),
               format_bytes(e.budget_bytes()).c_str());

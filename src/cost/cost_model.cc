@@ -20,7 +20,9 @@ DType compute_dtype(const Graph& g, const Op& op) {
   return DType::kF32;
 }
 
-LinkCost make_link(double bytes_per_s, double latency_us) { return LinkCost{latency_us, bytes_per_s / 1e6}; }
+LinkCost make_link(double bytes_per_s, double latency_us, double interference) {
+  return LinkCost{latency_us, bytes_per_s / 1e6, interference};
+}
 
 // The convolutions (forward and both backward kernels) that Winograd-style algorithms apply to:
 // dense 3x3 kernels with stride 1.
@@ -76,11 +78,13 @@ CostModel::CostModel(HardwareProfile profile, CostOptions options)
   const HostLink& h = profile_.host_link;
   const StorageProfile& s = profile_.storage;
   links_[static_cast<size_t>(Link::kHostToDevice)] =
-      make_link(h.host_to_device.effective_bytes_per_s(), h.host_to_device.latency_us);
+      make_link(h.host_to_device.effective_bytes_per_s(), h.host_to_device.latency_us,
+                h.host_to_device.compute_interference);
   links_[static_cast<size_t>(Link::kDeviceToHost)] =
-      make_link(h.device_to_host.effective_bytes_per_s(), h.device_to_host.latency_us);
-  links_[static_cast<size_t>(Link::kSsdRead)] = make_link(s.read_bytes_per_s, s.read_latency_us);
-  links_[static_cast<size_t>(Link::kSsdWrite)] = make_link(s.write_bytes_per_s, s.write_latency_us);
+      make_link(h.device_to_host.effective_bytes_per_s(), h.device_to_host.latency_us,
+                h.device_to_host.compute_interference);
+  links_[static_cast<size_t>(Link::kSsdRead)] = make_link(s.read_bytes_per_s, s.read_latency_us, s.read_compute_interference);
+  links_[static_cast<size_t>(Link::kSsdWrite)] = make_link(s.write_bytes_per_s, s.write_latency_us, s.write_compute_interference);
 }
 
 ComputeDType CostModel::compute_unit(OpClass c, DType dtype, bool tf32) const {
@@ -113,7 +117,14 @@ OpCost CostModel::op_cost(const Graph& g, const Op& op) const {
   c.memory_us = static_cast<double>(op.bytes_read + op.bytes_written) /
                 (profile_.memory_bandwidth_bytes_per_s * eff.memory) * 1e6;
   c.overhead_us = profile_.launch_overhead_us;
-  c.total_us = c.overhead_us + std::max(c.compute_us, c.memory_us);
+  if (g.info.layout == Layout::kNchw && c.op_class == OpClass::kConv &&
+      (c.unit == ComputeDType::kFp16 || c.unit == ComputeDType::kBf16)) {
+    const OpEfficiency& move = profile_.efficiency[static_cast<size_t>(OpClass::kDataMovement)];
+    c.layout_us = 2 * static_cast<double>(op.bytes_read + op.bytes_written) /
+                      (profile_.memory_bandwidth_bytes_per_s * move.memory) * 1e6 +
+                  2 * profile_.launch_overhead_us;
+  }
+  c.total_us = c.overhead_us + std::max(c.compute_us, c.memory_us) + c.layout_us;
   return c;
 }
 
@@ -141,6 +152,24 @@ double CostModel::transfer_us(Direction d, Tier tier, uint64_t bytes, CodecId co
   if (tier == Tier::kHost) return host_leg;
   const LinkCost ssd = link(d == Direction::kSwapOut ? Link::kSsdWrite : Link::kSsdRead);
   return host_leg + ssd.latency_us + ssd_data_us(d, bytes, codec, tensor_class);
+}
+
+double CostModel::interference_us(Direction d, Tier tier, uint64_t bytes, CodecId codec,
+                                  std::string_view tensor_class) const {
+  // An op beside a copy of t us does t / (1 + f) us of its work meanwhile: it ends t f / (1 + f) later.
+  auto added = [](double f, double t) { return t * f / (1 + f); };
+  const LinkCost host = link(d == Direction::kSwapOut ? Link::kDeviceToHost : Link::kHostToDevice);
+  double us = added(host.interference, host.time_us(bytes));
+  if (tier == Tier::kSsd)
+    us += added(link(d == Direction::kSwapOut ? Link::kSsdWrite : Link::kSsdRead).interference,
+                ssd_data_us(d, bytes, codec, tensor_class));
+  return us;
+}
+
+bool CostModel::has_interference() const {
+  for (const LinkCost& l : links_)
+    if (l.interference > 0) return true;
+  return false;
 }
 
 std::optional<CodecEstimate> CostModel::codec_estimate(std::string_view tensor_class, CodecId codec) const {

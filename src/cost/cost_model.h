@@ -12,11 +12,18 @@
 //   dtype the device lacks falls back to fp32 (check_precision() in profile.h turns that into an
 //   error for a whole graph up front). f is the profile's conv3x3_flop_fraction[u] for 3x3
 //   stride-1 convolutions (the fewer multiplies of Winograd), else 1.
+// - Layout: tensor-core convolutions read NHWC. In an NCHW graph (GraphInfo::layout) each
+//   convolution kernel on the fp16/bf16 unit is wrapped in transposes, each reading and writing
+//   its tensor once: layout_us = 2 x (bytes_read + bytes_written) / (mem_bw x
+//   eff[data_movement].memory) + 2 launches, added to t. TF32 and fp32 kernels run NCHW natively.
 //
 // Transfers
 // - A copy over one link costs latency + bytes / effective bandwidth. The device reaches the
 //   SSD through host memory, so device->SSD is device->host then host->SSD, store and forward
 //   (transfer_us sums the legs; the simulator schedules the legs on their own queues).
+// - Where copies share the cores and the memory bus with the kernels (the CPU backend), a link's
+//   compute interference f says that ops run (1 + f) times slower while it moves data; the
+//   simulator stretches every op by what overlaps it (docs/cost-model.md, "Compute interference").
 //
 // Codecs (SSD tier)
 // - With measured codec figures (CostOptions::codecs: ratio and encode/decode rates per class of
@@ -59,6 +66,7 @@ std::string_view to_string(Link l);
 struct LinkCost {
   double latency_us = 0;
   double bytes_per_us = 0;  // effective bandwidth
+  double interference = 0;  // ops run (1 + this) times slower while the link moves data (profile.h)
   double data_us(uint64_t bytes) const { return static_cast<double>(bytes) / bytes_per_us; }
   double time_us(uint64_t bytes) const { return latency_us + data_us(bytes); }
 };
@@ -81,6 +89,9 @@ struct OpCost {
   double compute_us = 0;      // flop_fraction * flops / achievable FLOP/s
   double memory_us = 0;       // bytes / achievable bandwidth
   double overhead_us = 0;     // launch overhead
+  // 16-bit convolutions of an NCHW graph: the transposes of the operands in and the result out
+  // (part of total_us; 0 otherwise).
+  double layout_us = 0;
   bool compute_bound() const { return compute_us >= memory_us; }
 };
 
@@ -110,6 +121,13 @@ class CostModel {
   double transfer_us(Direction d, Tier tier, uint64_t bytes) const;
   // The same for a tensor of class `tensor_class` whose SSD copy is coded with `codec`.
   double transfer_us(Direction d, Tier tier, uint64_t bytes, CodecId codec, std::string_view tensor_class) const;
+  // The compute time such a swap adds when it runs beside the kernels: per leg of t us (the SSD
+  // leg's data phase) on a link of interference f, t f / (1 + f) (the op beside it does t / (1 + f)
+  // of its work meanwhile; always less than the t a stall for it would cost). 0 without interference.
+  double interference_us(Direction d, Tier tier, uint64_t bytes, CodecId codec = CodecId::kNone,
+                         std::string_view tensor_class = {}) const;
+  // Whether any link slows compute (LinkCost::interference > 0).
+  bool has_interference() const;
   // The data phase of the SSD leg (no latency) of `bytes` coded with `codec`: the pipelined time of
   // the codec and the disk (the disk's bytes / bandwidth for kNone or a codec without a figure).
   double ssd_data_us(Direction d, uint64_t bytes, CodecId codec, std::string_view tensor_class) const;

@@ -200,12 +200,15 @@ LinkDirection read_direction(Reader r) {
   d.nominal_bytes_per_s = r.number("nominal_bytes_per_s");
   d.efficiency = r.number("efficiency");
   d.latency_us = r.number("latency_us");
+  if (r.has("compute_interference")) d.compute_interference = r.number("compute_interference");
   r.finish();
   return d;
 }
 
 Json direction_json(const LinkDirection& d) {
-  return Json{{"nominal_bytes_per_s", d.nominal_bytes_per_s}, {"efficiency", d.efficiency}, {"latency_us", d.latency_us}};
+  Json j{{"nominal_bytes_per_s", d.nominal_bytes_per_s}, {"efficiency", d.efficiency}, {"latency_us", d.latency_us}};
+  if (d.compute_interference != 0) j["compute_interference"] = d.compute_interference;
+  return j;
 }
 
 Status fraction(double v, std::string_view path) {
@@ -230,7 +233,15 @@ Status latency(double v, std::string_view path) {
   return Status::InvalidArgument(fmt::format("{}: {} is outside [0, {:g}] us", path, v, kMaxLatencyUs));
 }
 
+// A copy slows compute by at most 101x: beyond that the copy is the iteration.
+constexpr double kMaxInterference = 100;
+Status interference(double v, std::string_view path) {
+  if (std::isfinite(v) && v >= 0 && v <= kMaxInterference) return Status::Ok();
+  return Status::InvalidArgument(fmt::format("{}: {} is outside [0, {:g}]", path, v, kMaxInterference));
+}
+
 Status validate_direction(const LinkDirection& d, const std::string& path) {
+  FERRY_RETURN_IF_ERROR(interference(d.compute_interference, path + ".compute_interference"));
   FERRY_RETURN_IF_ERROR(rate(d.nominal_bytes_per_s, path + ".nominal_bytes_per_s", "bytes/s"));
   FERRY_RETURN_IF_ERROR(fraction(d.efficiency, path + ".efficiency"));
   FERRY_RETURN_IF_ERROR(rate(d.effective_bytes_per_s(), path + ".nominal_bytes_per_s x efficiency", "bytes/s"));
@@ -312,6 +323,8 @@ Status validate_profile(const HardwareProfile& p) {
   FERRY_RETURN_IF_ERROR(rate(p.storage.write_bytes_per_s, "storage.write_bytes_per_s", "bytes/s"));
   FERRY_RETURN_IF_ERROR(latency(p.storage.read_latency_us, "storage.read_latency_us"));
   FERRY_RETURN_IF_ERROR(latency(p.storage.write_latency_us, "storage.write_latency_us"));
+  FERRY_RETURN_IF_ERROR(interference(p.storage.read_compute_interference, "storage.read_compute_interference"));
+  FERRY_RETURN_IF_ERROR(interference(p.storage.write_compute_interference, "storage.write_compute_interference"));
   if (p.storage.queue_depth < 1 || p.storage.queue_depth > kMaxQueueDepth)
     return Status::InvalidArgument(
         fmt::format("storage.queue_depth: {} is not in [1, {}]", p.storage.queue_depth, kMaxQueueDepth));
@@ -399,6 +412,10 @@ Result<HardwareProfile> parse_profile(std::string_view json_text, std::string_vi
     if (st.ok() && (depth < 1 || depth > kMaxQueueDepth))
       storage.fail("storage.queue_depth", fmt::format("{} is not in [1, {}]", depth, kMaxQueueDepth));
     p.storage.queue_depth = static_cast<int32_t>(depth);
+    if (storage.has("read_compute_interference"))
+      p.storage.read_compute_interference = storage.number("read_compute_interference");
+    if (storage.has("write_compute_interference"))
+      p.storage.write_compute_interference = storage.number("write_compute_interference");
     storage.finish();
 
     if (top.has("host")) {
@@ -456,6 +473,10 @@ std::string to_profile_json(const HardwareProfile& p) {
                         {"read_latency_us", p.storage.read_latency_us},
                         {"write_latency_us", p.storage.write_latency_us},
                         {"queue_depth", p.storage.queue_depth}};
+  if (p.storage.read_compute_interference != 0)
+    doc["storage"]["read_compute_interference"] = p.storage.read_compute_interference;
+  if (p.storage.write_compute_interference != 0)
+    doc["storage"]["write_compute_interference"] = p.storage.write_compute_interference;
   if (p.host_optimizer_bytes_per_s > 0) doc["host"] = Json{{"optimizer_bytes_per_s", p.host_optimizer_bytes_per_s}};
   Json sources = Json::object();
   for (const auto& [k, v] : p.sources) sources[k] = v;

@@ -79,6 +79,10 @@ struct LinkDirection {
   double nominal_bytes_per_s = 0;  // the link's raw rate in this direction (after line encoding)
   double efficiency = 1.0;         // achieved / nominal for large pinned copies, in (0, 1]
   double latency_us = 0;           // fixed cost per copy (launch, DMA setup, completion)
+  // Compute interference: while a copy in this direction runs, every op runs (1 + this) times
+  // slower (copies that share the cores and memory bus with the kernels: the CPU backend's memcpy);
+  // 0 for a copy engine that leaves the compute units alone (a GPU's DMA). JSON: optional, 0.
+  double compute_interference = 0;
   double effective_bytes_per_s() const { return nominal_bytes_per_s * efficiency; }
   bool operator==(const LinkDirection&) const = default;
 };
@@ -101,6 +105,10 @@ struct StorageProfile {
   double read_latency_us = 0;    // per request
   double write_latency_us = 0;
   int32_t queue_depth = 1;       // requests in flight per direction that reach the bandwidth above
+  // Compute interference of the disk's data phase (LinkDirection::compute_interference): the CPU
+  // time of direct I/O (a virtual disk's is the hypervisor's). JSON: optional, 0.
+  double read_compute_interference = 0;
+  double write_compute_interference = 0;
   bool operator==(const StorageProfile&) const = default;
 };
 
@@ -143,7 +151,7 @@ std::optional<OpClass> op_class_from_string(std::string_view s);
 // Checks every number: FLOP/s and bandwidths (also times their efficiencies) in [1, 1e21] per
 // second (fp32 peak required), capacity > 0, efficiencies and flop fractions in (0, 1], per-unit
 // efficiencies for exactly the non-fp32 units the device has, latencies and launch overhead in
-// [0, 1e9] us, queue depth in [1, 1024], a non-empty name: within these bounds every prediction is
+// [0, 1e9] us, compute interferences in [0, 100], queue depth in [1, 1024], a non-empty name: within these bounds every prediction is
 // finite. InvalidArgument names the field by its JSON path.
 Status validate_profile(const HardwareProfile& p);
 

@@ -117,6 +117,12 @@ std::string_view to_string(Precision p) { return kPrecisionNames[static_cast<siz
 std::optional<Precision> precision_from_string(std::string_view s) {
   return from_names<Precision>(kPrecisionNames, s);
 }
+std::string_view to_string(Layout l) { return l == Layout::kNhwc ? "nhwc" : "nchw"; }
+std::optional<Layout> layout_from_string(std::string_view s) {
+  if (s == "nhwc") return Layout::kNhwc;
+  if (s == "nchw") return Layout::kNchw;
+  return std::nullopt;
+}
 DType activation_dtype(Precision p) {
   return p == Precision::kAmpFp16 ? DType::kF16 : p == Precision::kAmpBf16 ? DType::kBF16 : DType::kF32;
 }

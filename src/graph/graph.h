@@ -70,6 +70,12 @@ enum class TensorRole : uint8_t {
   kWeightCopy,      // 16-bit working copy of a weight under mixed precision (persistent; Note [Mixed precision])
 };
 
+// The memory layout of 4-D activations on a GPU (`--layout`): NHWC (channels last) is what
+// tensor-core convolutions read; with NCHW (PyTorch's default) the library transposes each 16-bit
+// convolution's operands in and its result out. Only the cost model reads it (cost_model.h); the
+// tensors and their sizes are the same, and the CPU backend picks its own layouts.
+enum class Layout : uint8_t { kNhwc, kNchw };
+
 // How an iteration computes (Note [Mixed precision]); `--precision` on the command line.
 enum class Precision : uint8_t { kFp32, kTf32, kAmpFp16, kAmpBf16 };
 
@@ -214,6 +220,7 @@ struct GraphInfo {
   int64_t num_classes = 0; // classes or vocabulary size
   OptimizerKind optimizer = OptimizerKind::kSgd;
   Precision precision = Precision::kFp32;
+  Layout layout = Layout::kNhwc;
 };
 
 struct Graph {
@@ -257,6 +264,8 @@ std::string_view to_string(DType d);
 std::string_view to_string(OptimizerKind k);
 std::string_view to_string(Precision p);  // "fp32", "tf32", "amp-fp16", "amp-bf16"
 std::optional<Precision> precision_from_string(std::string_view s);
+std::string_view to_string(Layout l);  // "nhwc", "nchw"
+std::optional<Layout> layout_from_string(std::string_view s);
 // The dtype of activations and gradients under `p`: f16 / bf16 for AMP, else f32.
 DType activation_dtype(Precision p);
 std::optional<OpType> op_type_from_string(std::string_view s);

@@ -277,6 +277,7 @@ constexpr std::array<TensorRole, 8> kAllRoles = {
     TensorRole::kWeightGradient, TensorRole::kOptimizerState, TensorRole::kWorkspace,  TensorRole::kWeightCopy};
 constexpr std::array<Precision, 4> kAllPrecisions = {Precision::kFp32, Precision::kTf32, Precision::kAmpFp16,
                                                      Precision::kAmpBf16};
+constexpr std::array<Layout, 2> kAllLayouts = {Layout::kNhwc, Layout::kNchw};
 constexpr std::array<DType, 6> kAllDTypes = {DType::kF32, DType::kF16, DType::kBF16,
                                              DType::kI32, DType::kI64, DType::kU8};
 constexpr std::array<Phase, 3> kAllPhases = {Phase::kForward, Phase::kBackward, Phase::kUpdate};
@@ -356,7 +357,7 @@ class TraceReader {
 
   void read_info(const Json& info) {
     expect_object(info, "info");
-    check_fields(info, "info", {"batch", "image", "seq", "num_classes", "optimizer", "precision"});
+    check_fields(info, "info", {"batch", "image", "seq", "num_classes", "optimizer", "precision", "layout"});
     constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
     if (const Json* v = find_field(info, "batch")) g_.info.batch = read_int(*v, "info.batch", 0, kMax);
     if (const Json* v = find_field(info, "image")) g_.info.image = read_int(*v, "info.image", 0, kMax);
@@ -371,6 +372,8 @@ class TraceReader {
     if (const Json* v = find_field(info, "precision"))
       g_.info.precision =
           read_enum(*v, "info.precision", precision_from_string, kAllPrecisions, "precision");
+    if (const Json* v = find_field(info, "layout"))
+      g_.info.layout = read_enum(*v, "info.layout", layout_from_string, kAllLayouts, "layout");
   }
 
   // "tensors[3] ('fc1.weight')": the path of an array element and, once known, its name.
@@ -864,6 +867,7 @@ std::string to_trace_json(const Graph& g, bool pretty) {
   info["num_classes"] = g.info.num_classes;
   info["optimizer"] = std::string(to_string(g.info.optimizer));
   if (g.info.precision != Precision::kFp32) info["precision"] = std::string(to_string(g.info.precision));
+  if (g.info.layout != Layout::kNhwc) info["layout"] = std::string(to_string(g.info.layout));
   scalar("info", info);
   auto list = [&](std::string_view k, size_t n, auto&& item_json, bool last) {
     key(k);
@@ -907,6 +911,7 @@ std::string graph_difference(const Graph& a, const Graph& b) {
   d.differ("info.num_classes", a.info.num_classes, b.info.num_classes);
   d.differ("info.optimizer", a.info.optimizer, b.info.optimizer);
   d.differ("info.precision", a.info.precision, b.info.precision);
+  d.differ("info.layout", a.info.layout, b.info.layout);
   d.differ("loss", a.loss, b.loss);
   if (d.differ("tensors.size", a.tensors.size(), b.tensors.size())) return d.result();
   for (size_t i = 0; i < a.tensors.size(); ++i) {

@@ -94,6 +94,13 @@ MeasuredFigures fit_figures(const std::vector<double>& op_us, const std::vector<
   return f;
 }
 
+std::vector<double> unstretched_op_times(std::vector<double> measured, const std::vector<double>& stretch) {
+  if (stretch.size() != measured.size()) return measured;
+  for (size_t i = 0; i < measured.size(); ++i)
+    if (stretch[i] > 0) measured[i] /= stretch[i];
+  return measured;
+}
+
 MeasuredFigures merge_figures(const MeasuredFigures& older, const MeasuredFigures& newer) {
   MeasuredFigures m = newer;
   if (older.op_us.size() == newer.op_us.size())

@@ -66,6 +66,12 @@ MeasuredFigures fit_figures(const std::vector<double>& op_us, const std::vector<
 // `newer` merged into `older` (Design).
 MeasuredFigures merge_figures(const MeasuredFigures& older, const MeasuredFigures& newer);
 
+// Op times measured under a plan whose copies slowed the ops beside them (compute interference),
+// each divided by the stretch the simulator predicted for it (SimResult::op_stretch): the ops' own
+// times, which a prediction stretches again for its own plan. `stretch` empty (no interference)
+// or of another length: `measured` unchanged.
+std::vector<double> unstretched_op_times(std::vector<double> measured, const std::vector<double>& stretch);
+
 // The graph with every op's time_us set to the measured one (`g` must have as many ops).
 void apply_op_times(const MeasuredFigures& f, Graph& g);
 // `p` with the measured links in place of its own (efficiency 1, the measured rate as nominal).

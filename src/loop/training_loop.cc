@@ -57,7 +57,8 @@ Result<std::unique_ptr<TrainingLoop>> TrainingLoop::create(const Graph& graph, c
 
 Status TrainingLoop::initialize() { return executor_->initialize(); }
 
-Status TrainingLoop::make_plan(const std::optional<MeasuredFigures>& figures, const std::string& source) {
+Status TrainingLoop::make_plan(const std::optional<MeasuredFigures>& figures, const std::string& source,
+                               const Schedule* incumbent) {
   const auto start = std::chrono::steady_clock::now();
   Graph timed = sized_;
   HardwareProfile profile = options_.profile;
@@ -73,6 +74,16 @@ Status TrainingLoop::make_plan(const std::optional<MeasuredFigures>& figures, co
   so.op_scratch_bytes = options_.op_scratch_bytes;
   FERRY_ASSIGN_OR_RETURN(SimResult predicted, simulate(timed, schedule, cost, so));
   PlanVersion v;
+  if (incumbent != nullptr) {
+    // The planners are heuristics: on new figures the plan running may still be the faster one.
+    FERRY_ASSIGN_OR_RETURN(SimResult current, simulate(timed, *incumbent, cost, so));
+    if (current.feasible && current.iteration_us <= predicted.iteration_us) {
+      v.kept_current = true;
+      v.new_plan_ms = predicted.iteration_us / 1e3;
+      schedule = *incumbent;
+      predicted = std::move(current);
+    }
+  }
   v.version = static_cast<int>(versions_.size());
   v.figures_source = source;
   v.predicted_ms = predicted.iteration_us / 1e3;
@@ -91,7 +102,8 @@ Status TrainingLoop::make_plan(const std::optional<MeasuredFigures>& figures, co
 Status TrainingLoop::replan(int64_t next_iteration, const MeasuredFigures& figures, const std::string& source,
                             const std::string& reason) {
   const size_t versions = versions_.size();
-  if (Status st = make_plan(figures, source); !st.ok()) {
+  // make_plan reads the incumbent before it replaces schedule_, so the running plan needs no copy.
+  if (Status st = make_plan(figures, source, options_.keep_faster_current ? &schedule_ : nullptr); !st.ok()) {
     if (st.code() != StatusCode::kOutOfMemory) return st;
     // The planner found no plan within the budget on these figures (its heuristics depend on
     // times): the current plan still fits, so it stays, judged by what it measures from now on.
@@ -106,6 +118,10 @@ Status TrainingLoop::replan(int64_t next_iteration, const MeasuredFigures& figur
   PlanVersion& v = versions_.back();
   v.from_iteration = next_iteration;
   v.reason = reason;
+  if (v.kept_current)
+    v.reason += fmt::format("; a new plan was predicted at {:.1f} ms on these figures, the current one at {:.1f} ms: "
+                            "the current one stays",
+                            v.new_plan_ms, v.predicted_ms);
   if (!v.new_executor) return Status::Ok();
   // The state leaves the old executor, which is destroyed before the new one allocates.
   FERRY_ASSIGN_OR_RETURN(TrainingState state, retire_executor());
@@ -154,8 +170,12 @@ Result<LoopIteration> TrainingLoop::run_iteration(int64_t iteration, DataSource&
 
 Status TrainingLoop::observe(int64_t iteration, double time_ms) {
   const CostModel base(plan_figures_ ? apply_links(*plan_figures_, options_.profile) : options_.profile);
-  const MeasuredFigures fig = fit_figures(executor_->op_times_us(), executor_->last_transfers(), base,
-                                          executor_->ssd_codec_figures(), schedule_.ssd_codecs);
+  // The ops ran beside this plan's copies: where the profile says copies slow compute, the
+  // simulator stretched each op by the copies it predicted beside it. Divided out here, the
+  // figures are the ops' own times, which the next prediction stretches for its own plan.
+  const MeasuredFigures fig =
+      fit_figures(unstretched_op_times(executor_->op_times_us(), prediction_.op_stretch), executor_->last_transfers(),
+                  base, executor_->ssd_codec_figures(), schedule_.ssd_codecs);
   const std::optional<MeasuredFigures> previous = std::exchange(previous_, fig);
 
   // Online measurement: plan from what the first iterations measured.

@@ -98,6 +98,9 @@ struct LoopOptions {
   // Re-plan from the newest figures after every `replan_every` iterations whatever the drift
   // (0: only on drift). Tests use it to replace the executor at every boundary.
   int replan_every = 0;
+  // A re-plan keeps the plan running when the new one is not predicted faster on the new figures
+  // (PlanVersion::kept_current). false: always switch (tests that replace the executor).
+  bool keep_faster_current = true;
   // Called with the figures whenever new ones were measured (to cache them); may be empty.
   std::function<void(const MeasuredFigures&)> on_figures;
   // Tests and benchmarks: from iteration `slowdown_from`, the tier's transfers take
@@ -117,6 +120,10 @@ struct PlanVersion {
   size_t swapped_tensors = 0;
   size_t recomputed_tensors = 0;
   bool new_executor = false;       // the schedule changed, so the executor was rebuilt
+  // A re-plan whose new plan was not predicted faster on its figures than the plan running: that
+  // plan stays (predicted_ms is its prediction on the new figures; new_plan_ms the new one's).
+  bool kept_current = false;
+  double new_plan_ms = 0;
 };
 
 // What happened at an iteration boundary besides re-planning.
@@ -174,7 +181,9 @@ class TrainingLoop {
  private:
   TrainingLoop(const Graph& graph, const Graph& sized, Backend& backend, PlanFunction plan, LoopOptions options);
   // Plans from `figures` (nullopt: the profile's model) and predicts the plan.
-  Status make_plan(const std::optional<MeasuredFigures>& figures, const std::string& source);
+  // `incumbent`: the plan running, kept when the new plan is not predicted faster on `figures`.
+  Status make_plan(const std::optional<MeasuredFigures>& figures, const std::string& source,
+                   const Schedule* incumbent = nullptr);
   // Re-plans from `figures` and swaps the executor when the schedule changed.
   Status replan(int64_t next_iteration, const MeasuredFigures& figures, const std::string& source,
                 const std::string& reason);

@@ -254,6 +254,13 @@ double PlanFacts::transfer_us(const CostModel& cost, Direction d, Tier tier, Ten
   return cost.transfer_us(d, tier, g().tensor(t).bytes, codec, tensor_class[i]);
 }
 
+double PlanFacts::interference_us(const CostModel& cost, Direction d, Tier tier, TensorId t) const {
+  const size_t i = static_cast<size_t>(t);
+  const CodecId codec = i < ssd_codec.size() && tier == Tier::kSsd ? ssd_codec[i] : CodecId::kNone;
+  if (codec == CodecId::kNone) return cost.interference_us(d, tier, g().tensor(t).bytes);
+  return cost.interference_us(d, tier, g().tensor(t).bytes, codec, tensor_class[i]);
+}
+
 std::vector<CodecId> ssd_codec_choice(const PlanContext& ctx) {
   const Graph& g = ctx.graph;
   std::vector<CodecId> out(g.tensors.size(), CodecId::kNone);

@@ -68,6 +68,8 @@ struct PlanFacts {
   const TensorInfo& info(TensorId t) const { return analysis.tensors[static_cast<size_t>(t)]; }
   // Time of one swap of t between the device and `tier`, its SSD codec included.
   double transfer_us(const CostModel& cost, Direction d, Tier tier, TensorId t) const;
+  // The compute time that swap adds beside the kernels (CostModel::interference_us), same codec.
+  double interference_us(const CostModel& cost, Direction d, Tier tier, TensorId t) const;
   uint64_t aligned_bytes(TensorId t) const;
   // Transient, produced by a forward op or a data input, read in forward or produced there, and
   // read again in backward: what swapping and recomputation can free between the two phases.

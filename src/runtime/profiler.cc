@@ -5,10 +5,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <thread>
 
@@ -115,26 +117,37 @@ Result<int> open_probe_file(const std::string& dir) {
   return Status::IoError(fmt::format("cannot create a direct-I/O file in '{}': no free name", dir));
 }
 
+// Closes a descriptor when it goes out of scope.
+struct CloseOnExit {
+  int fd;
+  ~CloseOnExit() { ::close(fd); }
+};
+
+using AlignedBuffer = std::unique_ptr<void, decltype(&std::free)>;
+
+// `bytes` aligned for direct I/O, filled with a pattern.
+Result<AlignedBuffer> direct_io_buffer(uint64_t bytes) {
+  constexpr uint64_t kAlign = 4096;
+  void* raw = nullptr;
+  if (posix_memalign(&raw, kAlign, bytes) != 0)
+    return Status::OutOfMemory(fmt::format("cannot allocate {} of direct-I/O buffers for the profile", format_bytes(bytes)));
+  std::memset(raw, 0x5a, bytes);
+  return AlignedBuffer(raw, &std::free);
+}
+
 }  // namespace
 
 Result<std::vector<TransferSample>> measure_storage(const std::string& dir, uint64_t total_bytes) {
   FERRY_ASSIGN_OR_RETURN(const int fd, open_probe_file(dir));
   const std::string path = fmt::format("a direct-I/O file in '{}'", dir);
-  struct Cleanup {
-    int fd;
-    ~Cleanup() { ::close(fd); }
-  } cleanup{fd};
-  constexpr uint64_t kAlign = 4096;
+  const CloseOnExit close_fd{fd};
   std::vector<TransferSample> out;
   // 64 KiB requests (mostly latency) pin the latency down; 1 and 8 MiB ones the bandwidth.
   for (uint64_t request : {uint64_t{64} << 10, uint64_t{1} << 20, uint64_t{8} << 20}) {
     for (int depth : {1, 4}) {
       const uint64_t count = std::max<uint64_t>(total_bytes / request, static_cast<uint64_t>(depth));
-      void* raw = nullptr;
-      if (posix_memalign(&raw, kAlign, request * static_cast<uint64_t>(depth)) != 0)
-        return Status::OutOfMemory("cannot allocate direct-I/O buffers for the storage profile");
-      std::unique_ptr<void, decltype(&std::free)> buf(raw, &std::free);
-      std::memset(raw, 0x5a, request * static_cast<uint64_t>(depth));
+      FERRY_ASSIGN_OR_RETURN(AlignedBuffer buf, direct_io_buffer(request * static_cast<uint64_t>(depth)));
+      void* raw = buf.get();
       for (int write = 1; write >= 0; --write) {
         std::atomic<uint64_t> next{0};
         std::atomic<int> error{0};
@@ -163,8 +176,138 @@ Result<std::vector<TransferSample>> measure_storage(const std::string& dir, uint
   return out;
 }
 
+double InterferenceSample::factor() const {
+  if (!(alone_ms > 0) || !std::isfinite(with_ms)) return 0;
+  return std::clamp(with_ms / alone_ms - 1, 0.0, 100.0);
+}
+
+namespace {
+
+// A copy on one path repeated back to back on its own thread until stopped.
+class CopyLoop {
+ public:
+  CopyLoop() = default;
+  CopyLoop(const CopyLoop&) = delete;
+  CopyLoop& operator=(const CopyLoop&) = delete;
+  ~CopyLoop() { static_cast<void>(stop()); }  // on an early return: its error is not the one reported
+
+  template <typename F>
+  void start(F copy_once) {
+    stop_ = false;
+    error_ = Status::Ok();
+    thread_ = std::thread([this, copy_once]() mutable {
+      while (!stop_.load(std::memory_order_relaxed)) {
+        if (Status s = copy_once(); !s.ok()) {
+          error_ = s;
+          return;
+        }
+        ++copies_;
+      }
+    });
+  }
+  // Stops the loop; its first error, if any.
+  Status stop() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    return error_;
+  }
+  uint64_t copies() const { return copies_; }
+
+ private:
+  std::thread thread_;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> copies_{0};
+  Status error_;
+};
+
+}  // namespace
+
+Result<std::vector<InterferenceSample>> measure_interference(const Graph& g, Backend& backend, DataSource& data,
+                                                             const std::string& dir, int warmup, int iters,
+                                                             uint64_t seed) {
+  if (warmup < 0 || iters <= 0)
+    return Status::InvalidArgument(fmt::format("interference needs iters > 0 and warmup >= 0, got {} and {}", iters, warmup));
+  constexpr uint64_t kCopy = uint64_t{16} << 20, kRequest = uint64_t{8} << 20, kFile = uint64_t{64} << 20;
+  // The copies' buffers exist before the executor allocates its arena.
+  FERRY_ASSIGN_OR_RETURN(DevicePtr dev, backend.allocate(kCopy));
+  struct FreeDev {
+    Backend& b;
+    DevicePtr p;
+    ~FreeDev() { b.free(p); }
+  } free_dev{backend, dev};
+  std::vector<std::byte> host(kCopy, std::byte{1});
+  FERRY_ASSIGN_OR_RETURN(const int fd, open_probe_file(dir));
+  const CloseOnExit close_fd{fd};
+  FERRY_ASSIGN_OR_RETURN(AlignedBuffer buf, direct_io_buffer(kRequest));
+  void* raw = buf.get();
+  const std::string file = fmt::format("a direct-I/O file in '{}'", dir);
+  auto io = [&, next = uint64_t{0}](bool write) mutable -> Status {
+    const off_t off = static_cast<off_t>(next);
+    next = (next + kRequest) % kFile;
+    const ssize_t n = write ? ::pwrite(fd, raw, kRequest, off) : ::pread(fd, raw, kRequest, off);
+    if (n == static_cast<ssize_t>(kRequest)) return Status::Ok();
+    return Status::IoError(fmt::format("direct I/O {} of {} failed: {}", write ? "write" : "read", file,
+                                       n < 0 ? std::strerror(errno) : "short transfer"));
+  };
+  for (uint64_t i = 0; i < kFile / kRequest; ++i) FERRY_RETURN_IF_ERROR(io(true));  // what the reads read
+
+  ExecutorOptions eo;
+  eo.seed = seed;
+  FERRY_ASSIGN_OR_RETURN(std::unique_ptr<Executor> ex, Executor::create(g, backend, eo));
+  FERRY_RETURN_IF_ERROR(ex->initialize());
+  int64_t iteration = 0;
+  // The median of at least n iterations, and more while `more()` says so (at most kMaxSeconds).
+  constexpr double kMaxSeconds = 30;
+  auto median_ms = [&](int n, const std::function<bool()>& more = {}) -> Result<double> {
+    std::vector<double> ms;
+    const auto start = Clock::now();
+    while (static_cast<int>(ms.size()) < n || (more && more() && seconds_since(start) < kMaxSeconds)) {
+      FERRY_ASSIGN_OR_RETURN(IterationStats st, ex->run_iteration(iteration++, data));
+      ms.push_back(st.time_ms);
+    }
+    return median(ms);
+  };
+  if (warmup > 0) FERRY_RETURN_IF_ERROR(median_ms(warmup).status());
+  FERRY_ASSIGN_OR_RETURN(const double before, median_ms(iters));
+  std::vector<InterferenceSample> out;
+  for (Link l : {Link::kDeviceToHost, Link::kHostToDevice, Link::kSsdWrite, Link::kSsdRead}) {
+    CopyLoop loop;
+    switch (l) {
+      case Link::kDeviceToHost:
+        loop.start([&] {
+          Status s = backend.copy_to_host(std::span<std::byte>(host.data(), kCopy), dev);
+          return s.ok() ? backend.synchronize() : s;
+        });
+        break;
+      case Link::kHostToDevice:
+        loop.start([&] {
+          Status s = backend.copy_to_device(dev, std::span<const std::byte>(host.data(), kCopy));
+          return s.ok() ? backend.synchronize() : s;
+        });
+        break;
+      case Link::kSsdWrite: loop.start([&] { return io(true); }); break;
+      case Link::kSsdRead: loop.start([&] { return io(false); }); break;
+    }
+    // A small model's iterations can be shorter than one copy: iterate until two copies are done,
+    // so that the copies ran beside the iterations from start to end.
+    Result<double> with = median_ms(iters, [&] { return loop.copies() < 2; });
+    FERRY_RETURN_IF_ERROR(loop.stop());
+    FERRY_RETURN_IF_ERROR(with.status());
+    if (loop.copies() == 0)
+      return Status::IoError(fmt::format("no {} copy completed in {:g} s of the interference measurement (of {})",
+                                         to_string(l), kMaxSeconds, l == Link::kSsdWrite || l == Link::kSsdRead
+                                                                         ? file
+                                                                         : std::string("the host link")));
+    out.push_back({std::string(to_string(l)), 0, *with});
+  }
+  FERRY_ASSIGN_OR_RETURN(const double after, median_ms(iters));
+  for (InterferenceSample& s : out) s.alone_ms = (before + after) / 2;
+  return out;
+}
+
 HardwareProfile make_local_profile(const Graph& g, const OpProfile& ops, const std::vector<TransferSample>& link,
-                                   const std::vector<TransferSample>& storage) {
+                                   const std::vector<TransferSample>& storage,
+                                   const std::vector<InterferenceSample>& interference) {
   HardwareProfile p;
   p.name = "cpu-local";
   p.description = "This machine as `ferry profile` measured it: the CPU backend (oneDNN), its device arena and "
@@ -222,11 +365,24 @@ HardwareProfile make_local_profile(const Graph& g, const OpProfile& ops, const s
   p.storage.read_latency_us = std::max(rd.latency_us, 1.0);
   p.storage.write_latency_us = std::max(wr.latency_us, 1.0);
   p.storage.queue_depth = std::max(rd.queue_depth, 1);
+  for (const InterferenceSample& s : interference) {
+    const double f = s.factor();
+    if (s.path == to_string(Link::kDeviceToHost)) p.host_link.device_to_host.compute_interference = f;
+    if (s.path == to_string(Link::kHostToDevice)) p.host_link.host_to_device.compute_interference = f;
+    if (s.path == to_string(Link::kSsdWrite)) p.storage.write_compute_interference = f;
+    if (s.path == to_string(Link::kSsdRead)) p.storage.read_compute_interference = f;
+  }
   const std::string how = "Measured by `ferry profile` on this machine";
   p.sources = {{"compute", how + " (best op rate of the profiled model)"},
                {"memory", how + " (capacity: an 8 GiB arena budget; bandwidth: 2x the memcpy rate)"},
                {"host_link", how + " (backend copies between the arena and host memory, 4 KiB to 64 MiB)"},
                {"storage", how + " (O_DIRECT pwrite/pread, 64 KiB, 1 and 8 MiB requests, queue depth 1 and 4)"}};
+  if (!interference.empty()) {
+    const std::string why = "; compute_interference: iterations of the profiled model with the path's copies looping "
+                            "beside them over iterations alone, minus 1";
+    p.sources["host_link"] += why;
+    p.sources["storage"] += why;
+  }
   return p;
 }
 

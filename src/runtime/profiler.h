@@ -43,9 +43,33 @@ Result<std::vector<TransferSample>> measure_host_link(Backend& backend);
 // or symlink is opened. Errors: kIoError naming the directory (e.g. a full disk).
 Result<std::vector<TransferSample>> measure_storage(const std::string& dir, uint64_t total_bytes);
 
+// Compute interference of one transfer path: the median iteration time of `g` (no plan) alone
+// and while a copy on the path runs back to back beside it the whole time.
+struct InterferenceSample {
+  std::string path;      // a Link, as TransferSample::path
+  double alone_ms = 0;   // the mean of the medians measured before and after every path
+  double with_ms = 0;
+  // with / alone - 1, clamped to [0, 100]: ops run (1 + factor) times slower while the path
+  // moves data (HardwareProfile's compute_interference).
+  double factor() const;
+};
+
+// Runs `warmup` and then, per condition (alone, each path, alone again), `iters` iterations of
+// `g` with the path's copies looping on another thread: device arena <-> host memcpy through the
+// backend (d2h, h2d) and 8 MiB direct-I/O writes and reads of a temporary file in `dir`, as
+// measure_storage makes it (ssd_write, ssd_read). Beside a path, more iterations run until its
+// loop has completed two copies (a small model's iteration can be shorter than one copy), for at
+// most 30 s. Errors: the executor's; kIoError naming the directory, or a path that completed no
+// copy in that time.
+Result<std::vector<InterferenceSample>> measure_interference(const Graph& g, Backend& backend, DataSource& data,
+                                                             const std::string& dir, int warmup, int iters,
+                                                             uint64_t seed);
+
 // A hardware profile of this machine from the measurements (peak FLOP/s = the best rate an op of
-// `g` reached; transfer paths from the samples).
+// `g` reached; transfer paths from the samples; each path's compute interference from
+// `interference`, 0 for a path it lacks).
 HardwareProfile make_local_profile(const Graph& g, const OpProfile& ops, const std::vector<TransferSample>& link,
-                                   const std::vector<TransferSample>& storage);
+                                   const std::vector<TransferSample>& storage,
+                                   const std::vector<InterferenceSample>& interference = {});
 
 }  // namespace ferry

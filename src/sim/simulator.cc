@@ -44,6 +44,42 @@ struct SsdQueue {
   double last_end() const { return channel_free_us; }
 };
 
+// The data phases of one link's copies, when that link slows compute (LinkCost::interference).
+// A link's copies run one after another, so the intervals are disjoint and in start order; the
+// copies that overlap an op were all issued before it (a copy starts at or after its issue).
+struct Interferer {
+  double factor = 0;
+  std::vector<std::pair<double, double>> busy;  // [start, end)
+  size_t next = 0;                              // the earlier ones end before the compute clock
+  void add(double start, double end) {
+    if (factor > 0 && end > start) busy.emplace_back(start, end);
+  }
+};
+
+// When an op of `work_us` that starts at `start` ends, while each interferer slows it by
+// (1 + the sum of the factors of the links busy at each moment).
+double stretched_end(std::array<Interferer, kNumLinks>& links, double start, double work_us) {
+  double t = start, left = work_us;
+  for (;;) {
+    double slow = 0, change = INFINITY;
+    for (Interferer& l : links) {
+      while (l.next < l.busy.size() && l.busy[l.next].second <= t) ++l.next;
+      if (l.next == l.busy.size()) continue;
+      const auto [b, e] = l.busy[l.next];
+      if (b <= t) {
+        slow += l.factor;
+        change = std::min(change, e);
+      } else {
+        change = std::min(change, b);
+      }
+    }
+    const double needed = left * (1 + slow);
+    if (t + needed <= change) return t + needed;
+    left -= (change - t) / (1 + slow);
+    t = change;
+  }
+}
+
 struct TensorSim {
   uint64_t offset = 0;
   double ready_us = 0;          // device contents complete
@@ -68,6 +104,9 @@ class Simulation {
     ssd_read_.slot_free_us.assign(static_cast<size_t>(queue_depth), 0.0);
     ssd_write_.link = cost.link(Link::kSsdWrite);
     ssd_read_.link = cost.link(Link::kSsdRead);
+    interfere_ = cost.has_interference();
+    for (size_t l = 0; l < kNumLinks; ++l) interferers_[l].factor = cost.link(static_cast<Link>(l)).interference;
+    if (interfere_) r_.op_stretch.assign(g.ops.size(), 1.0);
     // A coded tensor's SSD legs take the codec pipeline's time (CostModel::ssd_data_us): the disk
     // channel is held for it, as the tier's channel is while it codes chunk by chunk.
     if (!p.ssd_codecs.empty()) {
@@ -103,6 +142,7 @@ class Simulation {
 
  private:
   TensorSim& ts(TensorId t) { return tensors_[static_cast<size_t>(t)]; }
+  Interferer& interferer(Link l) { return interferers_[static_cast<size_t>(l)]; }
   bool timeline() const { return o_.record_timeline; }
 
   void event(SimStream s, EventKind k, std::string name, OpId step, OpId op, TensorId t, uint64_t bytes,
@@ -275,8 +315,13 @@ class Simulation {
       }
     if (waited_for != kNoTensor) stall(reason, in.step, op.id, waited_for, start);
     if (o_.record_waits && !in.recompute) r_.step_start_us[static_cast<size_t>(in.step)] = now_;
-    const double dur = op_us_[static_cast<size_t>(op.id)];
-    const double end = now_ + dur;
+    const double work = op_us_[static_cast<size_t>(op.id)];
+    const double end = interfere_ ? stretched_end(interferers_, now_, work) : now_ + work;
+    const double dur = end - now_;
+    if (interfere_) {
+      r_.interference_us += dur - work;
+      if (!in.recompute && work > 0) r_.op_stretch[static_cast<size_t>(op.id)] = dur / work;
+    }
     for (TensorId t : op.outputs) {
       ts(t).ready_us = end;
       if (g_.tensor(t).persistent()) drop_copies(t);  // an update makes every copy stale
@@ -303,6 +348,7 @@ class Simulation {
     const double start = std::max({now_, s.ready_us, *d2h_});
     const double end = start + cost_.link(Link::kDeviceToHost).time_us(in.bytes);
     *d2h_ = end;
+    interferer(Link::kDeviceToHost).add(start, end);
     s.swap_out_until_us = std::max(s.swap_out_until_us, end);
     r_.bytes_d2h += in.bytes;
     ++r_.num_swap_outs;
@@ -311,7 +357,9 @@ class Simulation {
           kNoOp, in.tensor, in.bytes, start, end);
     double copy_ready = end;
     if (in.tier == Tier::kSsd) {
-      auto [w_start, w_end] = ssd_write_.submit(end, ssd_data_us(in, 0));
+      const double w_data = ssd_data_us(in, 0);
+      auto [w_start, w_end] = ssd_write_.submit(end, w_data);
+      interferer(Link::kSsdWrite).add(w_end - w_data, w_end);
       r_.bytes_ssd_write += in.bytes;
       event(SimStream::kSsdWrite, EventKind::kSsdWrite, fmt::format("{} -> ssd", name), in.step, kNoOp, in.tensor,
             in.bytes, w_start, w_end);
@@ -328,7 +376,9 @@ class Simulation {
     const size_t tier = tier_index(in.tier);
     double ready = std::max(now_, s.copy_ready_us[tier]);
     if (in.tier == Tier::kSsd) {
-      auto [r_start, r_end] = ssd_read_.submit(ready, ssd_data_us(in, 1));
+      const double r_data = ssd_data_us(in, 1);
+      auto [r_start, r_end] = ssd_read_.submit(ready, r_data);
+      interferer(Link::kSsdRead).add(r_end - r_data, r_end);
       r_.bytes_ssd_read += in.bytes;
       event(SimStream::kSsdRead, EventKind::kSsdRead, fmt::format("ssd -> {}", name), in.step, kNoOp, in.tensor,
             in.bytes, r_start, r_end);
@@ -337,6 +387,7 @@ class Simulation {
     const double start = std::max(ready, *h2d_);
     const double end = start + cost_.link(Link::kHostToDevice).time_us(in.bytes);
     *h2d_ = end;
+    interferer(Link::kHostToDevice).add(start, end);
     s.ready_us = end;
     r_.bytes_h2d += in.bytes;
     ++r_.num_swap_ins;
@@ -383,6 +434,8 @@ class Simulation {
   double* d2h_ = nullptr;
   double* h2d_ = nullptr;
   SsdQueue ssd_write_, ssd_read_;
+  bool interfere_ = false;                        // some link slows compute
+  std::array<Interferer, kNumLinks> interferers_;  // by Link
   uint64_t scratch_offset_ = 0;
   double host_free_ = 0;  // the host lane (host updates)
   uint64_t host_live_ = 0, ssd_live_ = 0;

@@ -22,6 +22,11 @@
 //   then an SSD write of the whole tensor. A swap-in starts when its stream is free and the copy
 //   it reads is complete; SSD->device is an SSD read then an h2d copy. kRelease/kFree wait for a
 //   swap-out in flight from the block they free. Waits of the compute stream are stalls.
+// - Compute interference: where the profile says a link's copies slow the kernels (the CPU
+//   backend, whose copies share its cores and memory bus), an op runs (1 + f) times slower for as
+//   long as a copy of a link with interference f moves data beside it (factors add up). The copies
+//   themselves keep their own time. Every copy that overlaps an op was issued before it (a copy
+//   starts at or after its issue), so one pass still suffices.
 // - Since every stream is FIFO in program order and the compute stream issues everything (as the
 //   executor's issuing thread does), the event simulation is one pass over the program with a
 //   busy-until time per resource: no event queue is needed, and the result is exact for this
@@ -146,6 +151,11 @@ struct SimResult {
   size_t num_host_updates = 0;
   double stall_us = 0;          // compute-stream time spent waiting
   double compute_end_us = 0;    // end of the last instruction on the compute stream
+  // Compute time added by copies running beside the ops (the links' compute interference; part
+  // of compute_busy_us), and per op its run's time over its cost-model time (empty when no link
+  // of the profile interferes; 1 for ops nothing overlapped; recomputes not included).
+  double interference_us = 0;
+  std::vector<double> op_stretch;
   std::array<double, kNumSimStreams> busy_us{};  // per stream: time occupied (data + latency)
 
   uint64_t persistent_bytes = 0;

@@ -36,6 +36,8 @@ std::string temp(const std::string& name) {
       .string();
 }
 
+// A failed command gives an empty object, read without const so that a missing key is null, never
+// undefined behaviour.
 nlohmann::json json_of(const std::string& args) {
   const CommandRun r = ferry(args);
   EXPECT_EQ(r.code, 0) << args << ": " << r.out;
@@ -43,8 +45,8 @@ nlohmann::json json_of(const std::string& args) {
 }
 
 TEST(PrecisionCli, AnalyzeSizesFollowThePrecision) {
-  const auto fp32 = json_of("analyze --model bert-mini-squad --batch 4 --json");
-  const auto amp = json_of("analyze --model bert-mini-squad --batch 4 --json --precision amp-bf16");
+  auto fp32 = json_of("analyze --model bert-mini-squad --batch 4 --json");
+  auto amp = json_of("analyze --model bert-mini-squad --batch 4 --json --precision amp-bf16");
   EXPECT_EQ(fp32["precision"], "fp32");
   EXPECT_EQ(amp["precision"], "amp-bf16");
   EXPECT_EQ(amp["params"], fp32["params"]);              // the master weights, counted once
@@ -57,9 +59,9 @@ TEST(PrecisionCli, AnalyzeSizesFollowThePrecision) {
 
 TEST(PrecisionCli, PlanUsesTheProfilesRateAndRefusesAMissingOne) {
   const std::string base = "plan --model resnet50 --batch 32 --device a100-40gb-pcie4 --json";
-  const auto fp32 = json_of(base);
-  const auto tf32 = json_of(base + " --precision tf32");
-  const auto amp = json_of(base + " --precision amp-fp16");
+  auto fp32 = json_of(base);
+  auto tf32 = json_of(base + " --precision tf32");
+  auto amp = json_of(base + " --precision amp-fp16");
   EXPECT_EQ(tf32["precision"], "tf32");
   EXPECT_LT(tf32["compute_ms"].get<double>(), fp32["compute_ms"].get<double>());  // tensor cores
   EXPECT_LT(amp["compute_ms"].get<double>(), tf32["compute_ms"].get<double>());   // and half the bytes
@@ -75,6 +77,13 @@ TEST(PrecisionCli, PlanUsesTheProfilesRateAndRefusesAMissingOne) {
   const CommandRun bad = ferry("plan --model resnet-mini --precision fp8");
   EXPECT_EQ(bad.code, 2);
   EXPECT_TRUE(has(bad.out, "unknown precision 'fp8'")) << bad.out;
+  // NCHW: AMP convolutions pay their transposes, fp32 ones nothing; a bad layout is a usage error.
+  auto amp_nchw = json_of(base + " --precision amp-fp16 --layout nchw");
+  EXPECT_GT(amp_nchw["compute_ms"].get<double>(), amp["compute_ms"].get<double>());
+  EXPECT_EQ(json_of(base + " --layout nchw")["compute_ms"].get<double>(), fp32["compute_ms"].get<double>());
+  const CommandRun bad_layout = ferry("plan --model resnet-mini --layout chwn");
+  EXPECT_EQ(bad_layout.code, 2);
+  EXPECT_TRUE(has(bad_layout.out, "unknown layout 'chwn' (use nhwc or nchw)")) << bad_layout.out;
 }
 
 TEST(PrecisionCli, TrainRunsFp32OnlyAndSaysWhy) {
@@ -110,7 +119,7 @@ TEST(PrecisionCli, ProfileCalibrateFitsAMeasuredTrace) {
   ASSERT_EQ(r.code, 0) << r.out;
   for (const char* s : {"conv", "norm", "summed time error", "wrote the calibrated profile"}) EXPECT_TRUE(has(r.out, s)) << s;
   // The fitted profile loads and plans.
-  const auto plan = json_of("plan --model resnet-mini --batch 4 --json --logical-sizes --device " + fitted);
+  auto plan = json_of("plan --model resnet-mini --batch 4 --json --logical-sizes --device " + fitted);
   EXPECT_EQ(plan["device"], "cpu-local-calibrated");
   // Bad usage: no device, a trace without times.
   const CommandRun no_device = ferry("profile --calibrate " + trace);

@@ -94,6 +94,29 @@ TEST(CostModelTest, Tf32GraphsRunMatrixOpsOnTf32) {
   EXPECT_DOUBLE_EQ(o.compute_us, static_cast<double>(c.op().flops) / (2e12 * 0.6) * 1e6);
 }
 
+// NCHW graphs: every 16-bit convolution pays the transposes of its operands in and its result
+// out, each tensor read and written once at the data-movement efficiency, plus two launches;
+// fp32 and tf32 convolutions and every other op run NCHW natively.
+TEST(CostModelTest, NchwHalfPrecisionConvolutionsPayTheirTransposes) {
+  const CostModel cost(round_profile());
+  OneConv f16(DType::kF16);
+  const OpCost nhwc = cost.op_cost(f16.g, f16.op());
+  EXPECT_EQ(nhwc.layout_us, 0);
+  f16.g.info.layout = Layout::kNchw;
+  const OpCost nchw = cost.op_cost(f16.g, f16.op());
+  const double bytes = static_cast<double>(f16.op().bytes_read + f16.op().bytes_written);
+  // round_profile: 1e11 B/s, data_movement memory efficiency 0.8, launch 5 us.
+  EXPECT_DOUBLE_EQ(nchw.layout_us, 2 * bytes / (1e11 * 0.8) * 1e6 + 2 * 5);
+  EXPECT_DOUBLE_EQ(nchw.total_us, nhwc.total_us + nchw.layout_us);
+  OneConv f32;
+  f32.g.info.layout = Layout::kNchw;
+  EXPECT_EQ(cost.op_cost(f32.g, f32.op()).layout_us, 0);
+  f32.g.info.precision = Precision::kTf32;
+  EXPECT_EQ(cost.op_cost(f32.g, f32.op()).layout_us, 0);
+  EXPECT_EQ(layout_from_string(to_string(Layout::kNchw)), Layout::kNchw);
+  EXPECT_EQ(layout_from_string("NCHW"), std::nullopt);
+}
+
 TEST(CostModelTest, PerUnitEfficienciesAndTheWinogradFraction) {
   HardwareProfile p = round_profile();
   OpEfficiency& conv = p.efficiency[static_cast<size_t>(OpClass::kConv)];

@@ -137,6 +137,44 @@ TEST(ProfileTest, JsonRoundTripAndSaveThenLoadByPath) {
   std::filesystem::remove(path);
 }
 
+// Compute interference is optional (0: a copy engine that leaves the kernels alone) and written
+// only where it is not 0, so the GPU profiles' files do not change.
+TEST(ProfileTest, ComputeInterferenceIsOptionalRoundTripsAndIsBounded) {
+  HardwareProfile p = cost_test::round_profile();
+  EXPECT_EQ(to_profile_json(p).find("interference"), std::string::npos);
+  p.host_link.device_to_host.compute_interference = 2.5;
+  p.host_link.host_to_device.compute_interference = 3;
+  p.storage.write_compute_interference = 0.25;
+  p.storage.read_compute_interference = 0.125;
+  Result<HardwareProfile> back = parse_profile(to_profile_json(p), "memory");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(*back, p);
+  const CostModel cost(p);
+  EXPECT_EQ(cost.link(Link::kDeviceToHost).interference, 2.5);
+  EXPECT_EQ(cost.link(Link::kSsdRead).interference, 0.125);
+  EXPECT_TRUE(cost.has_interference());
+  EXPECT_FALSE(CostModel(cost_test::round_profile()).has_interference());
+  // A hidden host swap-out of t us adds t f / (1 + f) to the op beside it; an SSD one also that of
+  // the disk's data phase.
+  EXPECT_DOUBLE_EQ(cost.interference_us(Direction::kSwapOut, Tier::kHost, 100000), 110 * 2.5 / 3.5);
+  EXPECT_DOUBLE_EQ(cost.interference_us(Direction::kSwapIn, Tier::kSsd, 100000), 110 * 0.75 + 200 * 0.125 / 1.125);
+  for (Result<HardwareProfile> shipped : {load_profile("a100-40gb-pcie4"), load_profile("v100-16gb-pcie3")}) {
+    ASSERT_TRUE(shipped.ok());
+    EXPECT_FALSE(CostModel(*shipped).has_interference()) << shipped->name;
+  }
+
+  p.storage.read_compute_interference = -0.5;
+  EXPECT_TRUE(contains(validate_profile(p).message(), "storage.read_compute_interference: -0.5 is outside [0, 100]"));
+  p = cost_test::round_profile();
+  p.host_link.host_to_device.compute_interference = std::numeric_limits<double>::infinity();
+  EXPECT_TRUE(contains(validate_profile(p).message(), "host_link.host_to_device.compute_interference: inf"));
+  const Json good = shipped_json("a100-40gb-pcie4");
+  EXPECT_TRUE(contains(parse_error(good, [](Json& j) { j["storage"]["write_compute_interference"] = "high"; }),
+                       "storage.write_compute_interference"));
+  EXPECT_TRUE(contains(parse_error(good, [](Json& j) { j["host_link"]["device_to_host"]["compute_interference"] = 101; }),
+                       "host_link.device_to_host.compute_interference: 101 is outside [0, 100]"));
+}
+
 TEST(ProfileTest, PerUnitEfficienciesRoundTripAndAreAllOrNothing) {
   HardwareProfile p = cost_test::round_profile();  // fp32, tf32, fp16
   OpEfficiency& mm = p.efficiency[static_cast<size_t>(OpClass::kMatMul)];

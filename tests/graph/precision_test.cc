@@ -190,6 +190,26 @@ TEST(Precision, TraceRoundTripKeepsPrecisionDtypesAndRoles) {
   EXPECT_NE(bad.status().message().find("amp-bf16"), std::string::npos) << bad.status().message();
 }
 
+TEST(Precision, TraceRoundTripKeepsTheLayout) {
+  Graph g = build("resnet-mini", Precision::kAmpFp16);
+  EXPECT_EQ(to_trace_json(g, false).find("layout"), std::string::npos);  // nhwc: not written
+  g.info.layout = Layout::kNchw;
+  const std::string text = to_trace_json(g, false);
+  EXPECT_NE(text.find("\"layout\":\"nchw\""), std::string::npos);
+  Result<Graph> back = parse_trace(text, "nchw.json");
+  ASSERT_TRUE(back.ok()) << back.status().message();
+  EXPECT_EQ(back->info.layout, Layout::kNchw);
+  EXPECT_EQ(graph_difference(g, *back), "");
+  Graph nhwc = g;
+  nhwc.info.layout = Layout::kNhwc;
+  EXPECT_EQ(graph_difference(g, nhwc), "info.layout: nchw vs nhwc");
+  Result<Graph> bad = parse_trace(
+      R"({"format":"ferry-trace","version":1,"model":"m","info":{"layout":"chwn"},"tensors":[],"ops":[]})", "t.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("info.layout"), std::string::npos) << bad.status().message();
+  EXPECT_NE(bad.status().message().find("nchw"), std::string::npos) << bad.status().message();
+}
+
 TEST(Precision, NamesRoundTrip) {
   for (Precision p : {Precision::kFp32, Precision::kTf32, Precision::kAmpFp16, Precision::kAmpBf16})
     EXPECT_EQ(precision_from_string(to_string(p)), p);

@@ -92,6 +92,13 @@ TEST(Figures, MergeKeepsTheFasterOpAndTheNewerLink) {
   EXPECT_EQ(m.links[1]->bytes_per_s, 2e9);
 }
 
+TEST(Figures, OpTimesMeasuredBesideCopiesAreDividedByTheirPredictedStretch) {
+  EXPECT_EQ(unstretched_op_times({100, 300, 50}, {1.0, 1.5, 2.0}), (std::vector<double>{100, 200, 25}));
+  EXPECT_EQ(unstretched_op_times({100, 300}, {}), (std::vector<double>{100, 300}));       // no interference
+  EXPECT_EQ(unstretched_op_times({100, 300}, {2.0}), (std::vector<double>{100, 300}));    // another plan's
+  EXPECT_EQ(unstretched_op_times({100, 300}, {0.0, 2.0}), (std::vector<double>{100, 150}));
+}
+
 TEST(Figures, CompareNamesTheLargestChange) {
   MeasuredFigures a;
   a.op_us = {100, 100};

@@ -265,6 +265,43 @@ TEST(FerryPlanner, FrameworkSavedRestrictsWhatMovesAndWhen) {
   EXPECT_EQ(plan_policy("ferry", ctx).status().code(), StatusCode::kInvalidArgument);
 }
 
+// Where copies slow the kernels (the CPU backend: compute interference), a hidden swap is no longer
+// free: the simulator stretches the ops beside copies (the plan made as if copies cost nothing is
+// predicted slower under the interference than without it), and the planner, which scores swaps
+// with what their copies add and judges every variant under the interference, swaps no more bytes
+// and gives a plan at least as fast under it as that blind plan.
+TEST(FerryPlanner, CopiesThatSlowComputeMakeSwapsCostlier) {
+  ModelConfig config;
+  config.batch = 4;
+  Graph g = build_model("resnet-mini", config).value();
+  const CostModel free_copies = round_cost();
+  HardwareProfile p = cost_test::round_profile();
+  for (LinkDirection* d : {&p.host_link.device_to_host, &p.host_link.host_to_device}) d->compute_interference = 3;
+  const CostModel slowing(p);
+  for (double fraction : {0.8, 0.65}) {
+    SCOPED_TRACE(fraction);
+    PlanContext blind{.graph = g, .cost = free_copies, .tier = Tier::kHost};
+    blind.budget_bytes = static_cast<uint64_t>(fraction * static_cast<double>(policy_test::must_plan("none", blind).device_bytes));
+    PlanContext aware{.graph = g, .cost = slowing, .budget_bytes = blind.budget_bytes, .tier = Tier::kHost};
+    const PlanReport a = policy_test::must_plan("ferry", aware);
+    const PlanReport b = policy_test::must_plan("ferry", blind);
+    ASSERT_GT(b.swapped_tensors, 0u) << "with free copies the planner swaps";
+    auto swapped_bytes = [&](const Schedule& s) {
+      uint64_t bytes = 0;
+      for (const auto* lists : {&s.before, &s.after})
+        for (const auto& v : *lists)
+          for (const Action& x : v)
+            if (x.kind == ActionKind::kSwapOut) bytes += g.tensor(x.tensor).bytes;
+      return bytes;
+    };
+    EXPECT_LE(swapped_bytes(a.schedule), swapped_bytes(b.schedule));
+    EXPECT_LE(a.device_bytes, blind.budget_bytes);
+    // Both plans timed under the interference (the blind one predicted faster than it runs).
+    EXPECT_LE(simulated_us(aware, a.schedule), simulated_us(aware, b.schedule));
+    EXPECT_LT(simulated_us(blind, b.schedule), simulated_us(aware, b.schedule));
+  }
+}
+
 // Recomputation only of what the executor can replay: with no op replayable nothing is recomputed,
 // even where recomputing is all that fits (recompute-only tier).
 TEST(FerryPlanner, ReplayableOpsBoundRecomputation) {

@@ -222,6 +222,85 @@ TEST(SimulatorTest, BothCopyDirectionsRunConcurrently) {
   check_invariants(t.h.graph(), r);
 }
 
+// A link's compute interference f: an op runs (1 + f) times slower while that link's copies move
+// data beside it (profile.h). The copies keep their own times.
+CostModel interfering_cost(double d2h, double h2d, double ssd_write = 0, double ssd_read = 0) {
+  HardwareProfile p = round_profile();
+  p.host_link.device_to_host.compute_interference = d2h;
+  p.host_link.host_to_device.compute_interference = h2d;
+  p.storage.write_compute_interference = ssd_write;
+  p.storage.read_compute_interference = ssd_read;
+  return CostModel(p);
+}
+
+TEST(SimulatorTest, CopiesBesideAnOpStretchItByTheirLinksInterference) {
+  Saved s;
+  Schedule p = s.plan();
+  p.after[0] = {swap_out(s.a)};  // d2h [100, 210] beside g
+  p.after[1] = {release(s.a)};
+  p.before[2] = {swap_in(s.a)};  // h2d beside l
+  const SimResult r = must_simulate(s.g(), p, interfering_cost(/*d2h=*/1.0, /*h2d=*/0.5));
+  // g: 110 us at half speed (55 us of work), the other 945 at full speed: [100, 1155].
+  // h2d [1155, 1265]; l: 110 us at 1/1.5 (73.33 us of work), 126.67 after: ends at 1391.67.
+  const std::vector<SimEvent> ops = events_of(r, SimStream::kCompute, EventKind::kOp);
+  ASSERT_EQ(ops.size(), 4u);
+  EXPECT_DOUBLE_EQ(ops[1].end_us, 1155);
+  EXPECT_NEAR(ops[2].end_us, 1265 + (200 - 110 / 1.5), 1e-9);
+  EXPECT_NEAR(r.iteration_us, ops[2].end_us + 100, 1e-9);
+  EXPECT_NEAR(r.interference_us, 55 + (110 - 110 / 1.5), 1e-9);
+  ASSERT_EQ(r.op_stretch.size(), 4u);
+  EXPECT_DOUBLE_EQ(r.op_stretch[0], 1);
+  EXPECT_DOUBLE_EQ(r.op_stretch[1], 1055.0 / 1000);
+  EXPECT_NEAR(r.op_stretch[2], (ops[2].end_us - 1155) / 200, 1e-12);
+  EXPECT_DOUBLE_EQ(r.op_stretch[3], 1);
+  // The copies themselves take their own time.
+  const std::vector<SimEvent> in = events_of(r, SimStream::kHostToDevice, EventKind::kSwapIn);
+  ASSERT_EQ(in.size(), 1u);
+  EXPECT_DOUBLE_EQ(in[0].end_us - in[0].start_us, kCopyUs);
+  check_invariants(s.g(), r);
+
+  // Without interference nothing is stretched and op_stretch stays empty.
+  const SimResult plain = must_simulate(s.g(), p, round_cost());
+  EXPECT_DOUBLE_EQ(plain.iteration_us, 1400);
+  EXPECT_DOUBLE_EQ(plain.interference_us, 0);
+  EXPECT_TRUE(plain.op_stretch.empty());
+}
+
+TEST(SimulatorTest, InterferenceOfLinksBusyAtOnceAddsUp) {
+  TwoWay t;
+  // At 1100 the swap-out of b and the swap-in of a run together until 1210: h (10 us of work) and
+  // l run at 1/(1 + 1 + 1) of their speed, 30 us each; k waits for a until 1210.
+  const SimResult r = must_simulate(t.h.graph(), t.plan(), interfering_cost(1.0, 1.0));
+  const std::vector<SimEvent> ops = events_of(r, SimStream::kCompute, EventKind::kOp);
+  ASSERT_EQ(ops.size(), 5u);
+  // g [100, 1100] overlapped the swap-out of a [100, 210] at half speed: it ends 110 / 2 later.
+  EXPECT_DOUBLE_EQ(ops[1].end_us, 1155);
+  EXPECT_DOUBLE_EQ(ops[2].start_us, 1155);
+  // The copies issued after g start at 1155; h and l run beside both.
+  EXPECT_DOUBLE_EQ(ops[2].end_us, 1155 + 30);
+  EXPECT_DOUBLE_EQ(ops[3].end_us, 1155 + 60);
+  EXPECT_DOUBLE_EQ(ops[4].start_us, 1155 + kCopyUs);
+  EXPECT_DOUBLE_EQ(r.interference_us, 55 + 20 + 20);
+  check_invariants(t.h.graph(), r);
+}
+
+TEST(SimulatorTest, OnlyTheSsdLegsDataPhaseInterferes) {
+  Saved s;
+  Schedule p = s.plan();
+  p.after[0] = {swap_out(s.a, Tier::kSsd)};
+  p.after[1] = {release(s.a)};
+  p.before[3] = {swap_in(s.a, Tier::kSsd)};
+  // d2h [100, 210] (f 1), then the SSD write: latency [210, 260] (no interference), data
+  // [260, 660] (f 0.5). g: 55 us of work by 210, 50 more by 260, 400 / 1.5 by 660, the rest after.
+  const SimResult r = must_simulate(s.g(), p, interfering_cost(1.0, 0, /*ssd_write=*/0.5));
+  const std::vector<SimEvent> ops = events_of(r, SimStream::kCompute, EventKind::kOp);
+  ASSERT_EQ(ops.size(), 4u);
+  const double work_by_660 = 55 + 50 + 400 / 1.5;
+  EXPECT_NEAR(ops[1].end_us, 660 + (1000 - work_by_660), 1e-9);
+  EXPECT_NEAR(r.interference_us, ops[1].end_us - 100 - 1000, 1e-9);
+  check_invariants(s.g(), r);
+}
+
 TEST(SimulatorTest, CopyDirectionsSerializeWhenTheLinkCannotDoBoth) {
   TwoWay t;
   const SimResult r = must_simulate(t.h.graph(), t.plan(), round_cost(/*concurrent=*/false));

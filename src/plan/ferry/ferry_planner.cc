@@ -65,11 +65,17 @@ struct Option {
   OpId release_after = kNoOp, fetch_before = kNoOp;
   LinkBook::Booking out, in;
   double link_us = 0;
+  double in_interference_us = 0;  // the part of cost_us the swap-in adds beside the kernels
   bool covers(int64_t s) const { return (lo1 <= s && s <= hi1) || (lo2 <= s && s <= hi2); }
   int32_t steps_away() const {
     return static_cast<int32_t>(std::max<int64_t>(0, hi1 - lo1 + 1) + std::max<int64_t>(0, hi2 - lo2 + 1));
   }
 };
+
+// The fraction of a copy of `total_us` that runs in its window when `remainder_us` does not.
+double hidden(double remainder_us, double total_us) {
+  return total_us > 0 ? std::clamp(1 - remainder_us / total_us, 0.0, 1.0) : 0.0;
+}
 
 struct Gap {
   TensorId tensor = kNoTensor;
@@ -102,9 +108,13 @@ struct TensorState {
 class Planner {
  public:
   // `host_ops`: update ops that run on the host (host_updates.h); empty: every update on the device.
-  Planner(const PlanContext& ctx, const PlanFacts& facts, double link_weight, std::vector<OpId> host_ops = {})
+  // `count_interference`: a swap's score includes what its copies add to the ops beside them
+  // (CostModel::interference_us); without, hidden copies are free (what a GPU's DMA engines make
+  // them).
+  Planner(const PlanContext& ctx, const PlanFacts& facts, double link_weight, std::vector<OpId> host_ops = {},
+          bool count_interference = true)
       : ctx_(ctx), f_(facts), g_(facts.g()), n_(g_.ops.size()), link_weight_(link_weight),
-        host_ops_(std::move(host_ops)) {}
+        count_interference_(count_interference), host_ops_(std::move(host_ops)) {}
 
   Result<PlanAttempt> run(std::vector<PlanDecision>* decisions) {
     if (ctx_.budget_bytes == 0) return finish_attempt(ctx_, f_, empty_schedule(ctx_, "ferry"));
@@ -313,6 +323,13 @@ class Planner {
 
   double out_us(TensorId t) const { return f_.transfer_us(ctx_.cost, Direction::kSwapOut, ctx_.tier, t); }
   double in_us(TensorId t) const { return f_.transfer_us(ctx_.cost, Direction::kSwapIn, ctx_.tier, t); }
+  // What a copy adds to compute when it runs beside the kernels (0 unless the links interfere).
+  double out_interference_us(TensorId t) const {
+    return count_interference_ ? f_.interference_us(ctx_.cost, Direction::kSwapOut, ctx_.tier, t) : 0;
+  }
+  double in_interference_us(TensorId t) const {
+    return count_interference_ ? f_.interference_us(ctx_.cost, Direction::kSwapIn, ctx_.tier, t) : 0;
+  }
 
   // A lower bound of the gap's score: its cheapest option with no booking conflicts.
   CandidateKey static_key(int id) const {
@@ -320,7 +337,9 @@ class Planner {
     const TensorState& s = ts_[idx(gap.tensor)];
     const double b = static_cast<double>(std::max<uint64_t>(bytes_of(gap.tensor), 1));
     double score = std::numeric_limits<double>::infinity();
-    if (swaps_allowed()) score = link_weight_ * in_us(gap.tensor) / b;
+    // A swap-in either runs beside the kernels (slowing them by its interference) or stalls them.
+    if (swaps_allowed())
+      score = (link_weight_ * in_us(gap.tensor) + std::min(in_us(gap.tensor), in_interference_us(gap.tensor))) / b;
     if (!gap.cyclic && s.recomputable) score = std::min(score, s.chain_us / b);
     return {score, bytes_of(gap.tensor)};
   }
@@ -363,7 +382,7 @@ class Planner {
     if (gap.cyclic && s < end) out_last = n - 1;
     // A copy made by another gap's swap-out is there once that swap-out is issued.
     OpId release = st.has_copy && !persistent ? std::max(gap.from, st.out_after) : gap.from;
-    double stall_us = 0, link_us = in_us(t);
+    double stall_us = 0, link_us = in_us(t), interference_us = 0;
     std::optional<LinkBook> shared;
     const LinkBook* in_link = &in_book();
     if (needs_out) {
@@ -374,7 +393,9 @@ class Planner {
       if (o.out.remainder_us > 0 || o.out.parts.empty()) {
         release = static_cast<OpId>(std::max<int64_t>(gap.from, out_last));  // waits for the rest
         stall_us += o.out.parts.empty() ? out_us(t) : o.out.remainder_us;
+        if (!o.out.parts.empty()) interference_us += hidden(o.out.remainder_us, out_us(t)) * out_interference_us(t);
       } else {
+        interference_us += out_interference_us(t);
         release = static_cast<OpId>(std::max<int64_t>(gap.from, static_cast<int64_t>(o.out.last)));
       }
       if (!in_link_ && !o.out.parts.empty()) {
@@ -393,6 +414,7 @@ class Planner {
                                     /*partial=*/true);
       back = o.in.remainder_us > 0 || o.in.parts.empty() ? static_cast<OpId>(in_first) : static_cast<OpId>(o.in.first);
       stall_us += o.in.parts.empty() ? in_us(t) : o.in.remainder_us;
+      if (!o.in.parts.empty()) o.in_interference_us = hidden(o.in.remainder_us, in_us(t)) * in_interference_us(t);
     } else {
       stall_us += in_us(t);  // on demand, right before its reader
     }
@@ -409,7 +431,7 @@ class Planner {
     o.release_after = release;
     o.fetch_before = back;
     o.link_us = link_us;
-    o.cost_us = link_weight_ * link_us + stall_us;
+    o.cost_us = link_weight_ * link_us + stall_us + interference_us + o.in_interference_us;
     o.ok = true;
     return o;
   }
@@ -454,7 +476,9 @@ class Planner {
     } else {
       o.hi1 = o.fetch_before - 1;
     }
-    o.cost_us = gap.decided.cost_us - link_weight_ * in_us(gap.tensor) + in_us(gap.tensor);
+    o.cost_us =
+        gap.decided.cost_us - link_weight_ * in_us(gap.tensor) - gap.decided.in_interference_us + in_us(gap.tensor);
+    o.in_interference_us = 0;
     o.link_us = gap.decided.link_us;
     o.ok = o.steps_away() > 0;
     return o;
@@ -856,6 +880,7 @@ class Planner {
   const Graph& g_;
   const size_t n_;
   const double link_weight_;
+  const bool count_interference_;
   const std::vector<OpId> host_ops_;
   std::vector<bool> host_operand_;  // per tensor: a persistent operand of a host update
   std::vector<OpId> host_at_;  // per tensor: a host update's weight: swap-in step; gradient: release step
@@ -889,11 +914,22 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
     std::vector<OpId> shadow = planner::host_ops_in_shadow(ctx, facts, host_all);
     if (!shadow.empty() && shadow != host_all) host_sets.push_back(std::move(shadow));
   }
-  std::vector<std::pair<double, const std::vector<OpId>*>> variants;
-  for (const std::vector<OpId>& set : host_sets)
-    for (double weight : tuning.link_weights) variants.emplace_back(weight, &set);
-  for (auto [weight, host_ops] : variants) {
-    auto p = std::make_unique<planner::Planner>(ctx, facts, weight, *host_ops);
+  // Where copies slow the kernels, each also with hidden copies scored as free: the greedy's
+  // per-gap costs are estimates, and the simulator, which stretches ops by the copies beside them,
+  // judges both.
+  struct Variant {
+    double weight;
+    const std::vector<OpId>* host_ops;
+    bool count_interference;
+  };
+  std::vector<Variant> variants;
+  for (bool count : {true, false}) {
+    if (!count && !ctx.cost.has_interference()) break;
+    for (const std::vector<OpId>& set : host_sets)
+      for (double weight : tuning.link_weights) variants.push_back({weight, &set, count});
+  }
+  for (auto [weight, host_ops, count_interference] : variants) {
+    auto p = std::make_unique<planner::Planner>(ctx, facts, weight, *host_ops, count_interference);
     FERRY_ASSIGN_OR_RETURN(PlanAttempt a, p->run(nullptr));
     double us = std::numeric_limits<double>::infinity();
     if (a.fits) {
