@@ -938,12 +938,15 @@ TEST(Cli, TrainMeasuresCachesAndReusesItsProfile) {
   const std::string own_cache = temp("own-cache");  // empty, whatever other tests of this process cached
   std::filesystem::remove_all(own_cache);
   ::setenv("XDG_CACHE_HOME", own_cache.c_str(), 1);
+  // A failed run gives an empty object; each result is checked before it is read (reading a
+  // missing key of a const json is undefined behaviour).
   auto run = [&](const std::string& extra) {
     Output o = ferry(common + " " + extra);
     EXPECT_EQ(o.code, 0) << extra << ": " << o.out;
     return o.code == 0 ? nlohmann::json::parse(o.out) : nlohmann::json::object();
   };
   const auto first = run("");
+  ASSERT_FALSE(first.empty());
   ASSERT_TRUE(first.contains("plan_versions"));
   EXPECT_EQ(first["profile_source"], "measured");
   ASSERT_GE(first["plan_versions"].size(), 2u);
@@ -957,17 +960,21 @@ TEST(Cli, TrainMeasuresCachesAndReusesItsProfile) {
   EXPECT_EQ(first["iterations"][2]["plan_version"], 1) << "iteration 2 runs the plan made from iterations 0-1";
 
   const auto second = run("");
+  ASSERT_FALSE(second.empty());
   EXPECT_EQ(second["plan_versions"][0]["figures"], "cache") << second["loop_events"].dump();
   EXPECT_EQ(second["profile_cache"], cache);
   const auto fresh = run("--no-cache");
+  ASSERT_FALSE(fresh.empty());
   EXPECT_EQ(fresh["plan_versions"][0]["figures"], "profile");
   EXPECT_TRUE(fresh["profile_cache"].is_null());
   const auto fixed = run("--no-cache --static-plan");
+  ASSERT_FALSE(fixed.empty());
   EXPECT_EQ(fixed["plan_versions"].size(), 1u);
   EXPECT_EQ(fixed["profile_source"], "profile");
   const std::string copy = temp("figures.json");
   std::filesystem::copy_file(cache, copy, std::filesystem::copy_options::overwrite_existing);
   const auto from_file = run("--profile " + copy + " --static-plan");
+  ASSERT_FALSE(from_file.empty());
   EXPECT_EQ(from_file["profile_source"], "file");
   for (const auto* j : {&second, &fresh, &fixed, &from_file}) EXPECT_EQ(losses_of(*j), losses_of(first));
 
