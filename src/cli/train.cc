@@ -102,8 +102,10 @@ struct ShapePlanning {
   Graph sized;                    // the graph with the backend's tensor sizes
   std::vector<uint64_t> scratch;  // the backend's per-op scratch
   PlanFunction planner;           // what the training loop plans with
-  // The newest plan's tier needs and --host-budget (policies other than none), set by `planner`.
-  std::shared_ptr<std::optional<TieredPlan>> tiered = std::make_shared<std::optional<TieredPlan>>();
+  // Every plan `planner` made, oldest first (policies other than none): their tier needs and
+  // --host-budget. A re-plan may keep the plan running (PlanVersion::kept_current), so the plan a
+  // report describes is found by its schedule (running_plan).
+  std::shared_ptr<std::vector<TieredPlan>> plans = std::make_shared<std::vector<TieredPlan>>();
   std::optional<MeasuredFigures> figures;  // known before training: --profile, --op-times, the cache
   std::string figures_source = "profile";  // "file", "cache", or "profile" (the device's model)
   std::optional<std::string> cache_path;   // where measured figures are cached (none: --no-cache)
@@ -347,7 +349,7 @@ Result<ShapePlanning> plan_shape(const TrainCliOptions& o, const TrainSetup& s, 
   // --codec codes the copies of the tier --tier names; a host codec is the executor's (host_codec).
   const std::optional<CodecId> ssd_codec =
       o.tier == "ssd" ? *parse_lossless_codec(o.codec) : std::optional<CodecId>(CodecId::kNone);
-  std::shared_ptr<std::optional<TieredPlan>> latest = sp.tiered;
+  std::shared_ptr<std::vector<TieredPlan>> plans = sp.plans;
   sp.planner = [=](const Graph& timed, const CostModel& cost) -> Result<Schedule> {
     if (policy == "none") return Schedule::keep_all(timed.ops.size());
     PlanContext ctx{.graph = timed, .cost = cost, .budget_bytes = budget, .tier = tier, .op_scratch_bytes = scratch,
@@ -356,16 +358,24 @@ Result<ShapePlanning> plan_shape(const TrainCliOptions& o, const TrainSetup& s, 
     ctx.ssd_codec = ssd_codec;
     FERRY_ASSIGN_OR_RETURN(TieredPlan plan, plan_tiered(policy, ctx, host_budget));
     Schedule schedule = plan.report.schedule;
-    *latest = std::move(plan);
+    plans->push_back(std::move(plan));
     return schedule;
   };
   return sp;
 }
 
+// The plan `loop` runs among those `sp.planner` made (nullptr for policy none).
+const TieredPlan* running_plan(const ShapePlanning& sp, const TrainingLoop& loop) {
+  for (auto it = sp.plans->rbegin(); it != sp.plans->rend(); ++it)
+    if (it->report.schedule.same_actions(loop.schedule())) return &*it;
+  return nullptr;
+}
+
 // The plan's one-line summary (the newest plan).
-std::string plan_summary(const TrainCliOptions& o, const ShapePlanning& sp) {
-  if (!sp.tiered->has_value()) return "";
-  const TieredPlan& plan = **sp.tiered;
+std::string plan_summary(const TrainCliOptions& o, const ShapePlanning& sp, const TrainingLoop& loop) {
+  const TieredPlan* running = running_plan(sp, loop);
+  if (running == nullptr) return "";
+  const TieredPlan& plan = *running;
   std::string out = fmt::format("policy {}: {} tensors swapped to {}, {} recomputed", o.policy,
                                 plan.report.swapped_tensors, o.tier, plan.report.recomputed_tensors);
   if (const size_t host = plan.report.schedule.num_host_updates(); host > 0)
@@ -577,7 +587,7 @@ nlohmann::json train_report_json(const TrainCliOptions& o, const TrainSetup& s, 
   j["host_tier_peak_bytes"] = buckets.tier_peak_bytes(Tier::kHost);
   j["ssd_tier_peak_bytes"] = buckets.tier_peak_bytes(Tier::kSsd);
   j["host_tier_capacity_bytes"] = e.host_tier_stats().capacity_bytes;
-  const std::optional<TieredPlan>& tiered = *sp.tiered;
+  const TieredPlan* tiered = running_plan(sp, loop);
   j["host_budget_bytes"] = tiered && tiered->host_budget_bytes ? nlohmann::json(*tiered->host_budget_bytes)
                                                                : nlohmann::json();
   if (tiered && tiered->cascade) {
@@ -691,8 +701,8 @@ void print_train_summary(const TrainCliOptions& o, const TrainSetup& s, ShapeBuc
   std::printf("  host memory     measured: process peak RSS %s", format_bytes(peak_rss_bytes()).c_str());
   if (const uint64_t host = buckets.tier_peak_bytes(Tier::kHost); host > 0)
     std::printf(", host tier peak %s", format_bytes(host).c_str());
-  if (sp.tiered->has_value() && (*sp.tiered)->host_budget_bytes)
-    std::printf(" (host budget %s)", (*sp.tiered)->host_budget_text.c_str());
+  if (const TieredPlan* running = running_plan(sp, loop); running != nullptr && running->host_budget_bytes)
+    std::printf(" (host budget %s)", running->host_budget_text.c_str());
   if (const uint64_t ssd = buckets.tier_peak_bytes(Tier::kSsd); ssd > 0)
     std::printf(", SSD tier peak %s", format_bytes(ssd).c_str());
   std::printf("\n");
@@ -710,7 +720,7 @@ void print_train_summary(const TrainCliOptions& o, const TrainSetup& s, ShapeBuc
                 format_bytes(buckets.ssd_io_stats().disk_bytes_read).c_str(),
                 (o.codec + (o.lossy.empty() ? "" : ", activations lossy " + o.lossy)).c_str(),
                 format_bytes(e.ssd_tier_stats().bytes_written).c_str(), format_bytes(e.ssd_tier_stats().bytes_read).c_str());
-  if (const std::string summary = plan_summary(o, sp); !summary.empty())
+  if (const std::string summary = plan_summary(o, sp, loop); !summary.empty())
     std::printf("  plan            %s\n", summary.c_str());
   if (o.policy != "none") {
     std::printf("  plans           figures: %s%s\n", s.profile_source.c_str(),

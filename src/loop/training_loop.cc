@@ -10,14 +10,6 @@
 
 namespace ferry {
 
-namespace {
-
-bool same_schedule(const Schedule& a, const Schedule& b) {
-  return a.before == b.before && a.after == b.after && a.offloaded == b.offloaded && a.ssd_codecs == b.ssd_codecs;
-}
-
-}  // namespace
-
 TrainingLoop::TrainingLoop(const Graph& graph, const Graph& sized, Backend& backend, PlanFunction plan,
                            LoopOptions options)
     : graph_(graph),
@@ -90,7 +82,7 @@ Status TrainingLoop::make_plan(const std::optional<MeasuredFigures>& figures, co
   v.planning_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   v.swapped_tensors = schedule.distinct_tensors(ActionKind::kSwapOut);
   v.recomputed_tensors = schedule.distinct_tensors(ActionKind::kRecompute);
-  v.new_executor = !versions_.empty() && !same_schedule(schedule, schedule_);
+  v.new_executor = !versions_.empty() && !schedule.same_actions(schedule_);
   versions_.push_back(v);
   schedule_ = std::move(schedule);
   prediction_ = std::move(predicted);

@@ -86,6 +86,11 @@ struct Schedule {
         for (const Action& a : v) n += a.kind == ActionKind::kHostUpdate;
     return n;
   }
+  // The same plan to execute: the same actions, offloads and codecs (the policy's name and the
+  // budget aside).
+  bool same_actions(const Schedule& o) const {
+    return before == o.before && after == o.after && offloaded == o.offloaded && ssd_codecs == o.ssd_codecs;
+  }
   size_t num_actions() const {
     size_t n = 0;
     for (const auto& v : before) n += v.size();
