@@ -114,5 +114,48 @@ TEST(HostUpdatePlans, NeverSlowerThanDeviceUpdatesAndAboveTheBound) {
   EXPECT_GT(cells_with_host_updates, 0u);
 }
 
+// The bound charges what a host update costs: with a host so slow that one update there takes
+// longer than the whole iteration on the device, no plan gains by moving an update, and the bound
+// is at least the device running every op, the updates included, at every budget (the LP's and
+// the "compute" floor's; the relaxation may still move a fraction of an update to the host, which
+// at 1 byte per second is below a millionth of the time). With a fast host it may credit them (it stays below the plans above).
+TEST(HostUpdatePlans, TheBoundPaysForUpdatesOnASlowHost) {
+  for (const char* name : {"gpt2-mini", "resnet-mini"}) {
+    const Graph g = adam_model(name);
+    const CostModel slow = host_cost(1), fast = host_cost(1e13);  // bytes per second
+    auto context = [&](const CostModel& cost) {
+      PlanContext ctx{.graph = g, .cost = cost};
+      ctx.op_scratch_bytes = policy_test::backend_like_scratch(g);
+      return ctx;
+    };
+    const uint64_t full = policy_test::must_plan("none", context(slow)).device_bytes;
+    for (double fraction : {1.0, 0.6, 0.4}) {
+      SCOPED_TRACE(::testing::Message() << name << " at " << 100 * fraction << "%");
+      const uint64_t budget = static_cast<uint64_t>(fraction * static_cast<double>(full));
+      PlanContext ctx = context(slow);
+      ctx.budget_bytes = budget;
+      Result<PlanFacts> f = make_plan_facts(ctx);
+      ASSERT_TRUE(f.ok());
+      ASSERT_FALSE(f->host_updatable.empty());
+      double all_ops = 0, updates = 0;
+      for (const Op& op : g.ops) all_ops += f->op_us[static_cast<size_t>(op.id)];
+      for (OpId u : f->host_updatable) updates += f->op_us[static_cast<size_t>(u)];
+      ASSERT_GT(updates, 0);
+      Result<LowerBound> b = plan_lower_bound(ctx, *f);
+      ASSERT_TRUE(b.ok()) << b.status().message();
+      EXPECT_GE(b->us, all_ops * (1 - 1e-6)) << b->method;
+      // A host as fast as anything: the updates' device time may be credited.
+      PlanContext quick = context(fast);
+      quick.budget_bytes = budget;
+      Result<PlanFacts> ff = make_plan_facts(quick);
+      ASSERT_TRUE(ff.ok());
+      Result<LowerBound> credited = plan_lower_bound(quick, *ff);
+      ASSERT_TRUE(credited.ok());
+      EXPECT_LE(credited->us, b->us);
+      if (fraction == 1.0) EXPECT_LT(credited->us, b->us);  // the compute floor alone
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ferry

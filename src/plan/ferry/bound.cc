@@ -77,6 +77,36 @@ std::vector<size_t> binding_steps(const std::vector<uint64_t>& live, uint64_t bu
   return out;
 }
 
+// The least time of the two lanes when updates may leave the device for the host lane: the
+// device runs `device_us` plus the updates left on it, the host lane the others, one after
+// another. Relaxed to fractions, the best split takes the updates in order of device time saved
+// per host time spent until the lanes meet.
+double compute_floor_us(double device_us, const std::vector<OpId>& host_ops, const PlanFacts& facts,
+                        const CostModel& cost) {
+  struct Item {
+    double device, host;
+  };
+  std::vector<Item> items;
+  double device = device_us;
+  for (OpId u : host_ops) {
+    const double d = facts.op_us[static_cast<size_t>(u)];
+    device += d;
+    if (const std::optional<double> h = cost.host_update_us(facts.g(), facts.g().op(u))) items.push_back({d, *h});
+  }
+  std::sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.device * b.host > b.device * a.host; });
+  double host = 0;
+  for (const Item& it : items) {
+    if (device - it.device >= host + it.host) {
+      device -= it.device;
+      host += it.host;
+      continue;
+    }
+    const double part = (device - host) / (it.device + it.host);  // where the lanes meet
+    return host + std::max(0.0, part) * it.host;
+  }
+  return std::max(device, host);
+}
+
 }  // namespace
 
 Result<LowerBound> plan_lower_bound(const PlanContext& ctx, const PlanFacts& facts, const LowerBoundOptions& o) {
@@ -91,23 +121,27 @@ Result<LowerBound> plan_lower_bound(const PlanContext& ctx, const PlanFacts& fac
   std::vector<double> device_us = facts.op_us;
   std::vector<bool> host_written(g.tensors.size(), false), host_state(g.tensors.size(), false),
       host_gradient(g.tensors.size(), false);
+  // update_of[t]: the index in host_ops of the update writing t (weights, optimizer state).
+  std::vector<int> update_of(g.tensors.size(), -1);
   {
     std::vector<bool> read_on_device(g.tensors.size(), false), host_op(n, false);
     for (OpId u : host_ops) host_op[static_cast<size_t>(u)] = true;
     for (const Op& op : g.ops)
       if (!host_op[static_cast<size_t>(op.id)])
         for (TensorId t : op.inputs) read_on_device[static_cast<size_t>(t)] = true;
-    for (OpId u : host_ops) {
+    for (size_t k = 0; k < host_ops.size(); ++k) {
+      const OpId u = host_ops[k];
       device_us[static_cast<size_t>(u)] = 0;
       host_gradient[static_cast<size_t>(g.op(u).inputs[1])] = true;
       for (TensorId t : g.op(u).outputs) {
         host_written[static_cast<size_t>(t)] = true;
+        update_of[static_cast<size_t>(t)] = static_cast<int>(k);
         if (!read_on_device[static_cast<size_t>(t)]) host_state[static_cast<size_t>(t)] = true;
       }
     }
   }
   const double compute_us = std::accumulate(device_us.begin(), device_us.end(), 0.0);
-  out.us = compute_us;
+  out.us = compute_floor_us(compute_us, host_ops, facts, ctx.cost);
   out.method = "compute";
   if (ctx.budget_bytes == 0) return out;  // nothing has to move: keep-all runs at compute speed
   Schedule keep = empty_schedule(ctx, "none");
@@ -136,6 +170,21 @@ Result<LowerBound> plan_lower_bound(const PlanContext& ctx, const PlanFacts& fac
   const std::vector<size_t> steps = binding_steps(live, ctx.budget_bytes, o.max_constrained_steps);
   LinearProgram lp;
   const int T = lp.add_column(0, kInfinity, 1.0);
+  // h_k: update host_ops[k] runs on the host. Its device time leaves the compute row, its host
+  // time joins the host lane's (serial, within the iteration), its weights live in the host tier
+  // (their swap-in is paid), its gradient crosses to the host, and its optimizer state may stay
+  // off the device without crossing a link. The other credits above are taken whatever h is
+  // (weights' swap-outs, gradients' swap-ins): optimistic, so the bound stays one.
+  std::vector<int> host_col(host_ops.size(), -1);
+  Terms host_lane{{T, -1.0}};
+  double host_device_us = 0;
+  for (size_t k = 0; k < host_ops.size(); ++k) {
+    const Op& u = g.op(host_ops[k]);
+    const std::optional<double> host_us = ctx.cost.host_update_us(g, u);
+    host_col[k] = lp.add_column(0, host_us ? 1 : 0);
+    if (host_us) host_lane.emplace_back(host_col[k], *host_us);
+    host_device_us += facts.op_us[static_cast<size_t>(u.id)];
+  }
   RunningSum recomputed(steps), swapped_transient(steps), swapped_persistent(steps);
   std::vector<int> out_col(g.tensors.size(), -1), cyclic_col(g.tensors.size(), -1);
   Terms d2h{{T, -1.0}}, h2d{{T, -1.0}}, ssd_write{{T, -1.0}}, ssd_read{{T, -1.0}}, compute{{T, -1.0}};
@@ -157,8 +206,25 @@ Result<LowerBound> plan_lower_bound(const PlanContext& ctx, const PlanFacts& fac
     cyclic_col[static_cast<size_t>(c.tensor)] = x;
     swapped_persistent.add(x, b, c.from + 1, static_cast<int64_t>(n) - 1);
     swapped_persistent.add(x, b, 0, c.to - 1);
-    if (host_state[static_cast<size_t>(c.tensor)]) continue;  // never needs the device
-    if (acc.written[static_cast<size_t>(c.tensor)] && !host_written[static_cast<size_t>(c.tensor)]) add_out(x, c.tensor);
+    const int update = update_of[static_cast<size_t>(c.tensor)];
+    if (host_state[static_cast<size_t>(c.tensor)]) {
+      // Away for free when its update runs on the host (h); otherwise it crosses the host link
+      // both ways (z; on the SSD tier the disk too, not charged: the tier it goes to is the plan's).
+      const uint64_t bytes = g.tensor(c.tensor).bytes;
+      const int z = lp.add_column(0, 1);
+      lp.add_row({{x, 1.0}, {host_col[static_cast<size_t>(update)], -1.0}, {z, -1.0}}, -kInfinity, 0);
+      d2h.emplace_back(z, leg(Link::kDeviceToHost, bytes));
+      h2d.emplace_back(z, leg(Link::kHostToDevice, bytes));
+      continue;
+    }
+    if (update >= 0) {
+      // A weight its update may write on the host: home in the host tier when it does (h <= x),
+      // so it comes back over the host link (never the disk: host updates keep it in memory).
+      lp.add_row({{host_col[static_cast<size_t>(update)], 1.0}, {x, -1.0}}, -kInfinity, 0);
+      h2d.emplace_back(x, leg(Link::kHostToDevice, g.tensor(c.tensor).bytes));
+      continue;
+    }
+    if (acc.written[static_cast<size_t>(c.tensor)]) add_out(x, c.tensor);
     add_in(x, c.tensor);
   }
   for (const GapSpec& c : gaps) {
@@ -192,6 +258,18 @@ Result<LowerBound> plan_lower_bound(const PlanContext& ctx, const PlanFacts& fac
     }
     if (both.size() == 2) lp.add_row(both, -kInfinity, 1);
   }
+  // A host update's gradient is swapped out to the host (on the SSD tier a memory swap would also
+  // cross the disk, which the host update's does not: no coupling there).
+  if (swaps && !ssd)
+    for (size_t k = 0; k < host_ops.size(); ++k) {
+      const TensorId grad = g.op(host_ops[k]).inputs[1];
+      int& o_t = out_col[static_cast<size_t>(grad)];
+      if (o_t < 0) {
+        o_t = lp.add_column(0, 1);
+        add_out(o_t, grad);
+      }
+      lp.add_row({{host_col[k], 1.0}, {o_t, -1.0}}, -kInfinity, 0);
+    }
   const std::vector<int> rec = recomputed.build(lp);
   const std::vector<int> swt = swapped_transient.build(lp);
   const std::vector<int> swp = swapped_persistent.build(lp);
@@ -229,7 +307,11 @@ Result<LowerBound> plan_lower_bound(const PlanContext& ctx, const PlanFacts& fac
     lp.add_row(ssd_write, -kInfinity, 0);
     lp.add_row(ssd_read, -kInfinity, 0);
   }
-  lp.add_row(compute, -kInfinity, -compute_us);
+  // T >= device ops + updates left on the device + recomputes; T >= the host lane.
+  for (size_t k = 0; k < host_ops.size(); ++k)
+    compute.emplace_back(host_col[k], -facts.op_us[static_cast<size_t>(host_ops[k])]);
+  lp.add_row(compute, -kInfinity, -(compute_us + host_device_us));
+  if (host_lane.size() > 1) lp.add_row(host_lane, -kInfinity, 0);
   out.lp_rows = lp.num_rows();
   out.lp_columns = lp.num_columns();
   Result<LinearProgram::Solution> sol = lp.solve(o.time_limit_s);
@@ -243,7 +325,7 @@ Result<LowerBound> plan_lower_bound(const PlanContext& ctx, const PlanFacts& fac
     out.method = "lp";
   } else if (sol->optimal) {
     // A hair below the optimum: the solver's tolerances must not turn the bound into a guess.
-    out.us = std::max(compute_us, sol->objective * (1 - 1e-7));
+    out.us = std::max(out.us, sol->objective * (1 - 1e-7));
     out.method = "lp";
   }
   return out;
