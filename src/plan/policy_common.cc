@@ -44,6 +44,7 @@ class Completion {
     born_.assign(g_.tensors.size(), false);
     copy_.assign(g_.tensors.size(), {false, false});
     offloaded_.assign(g_.tensors.size(), false);
+    last_read_.assign(g_.tensors.size(), kNoOp);
     for (const Tensor& t : g_.tensors)
       if (t.persistent() || t.role == TensorRole::kInput) on_[idx(t.id)] = born_[idx(t.id)] = true;
     for (const Offload& o : in_.offloaded) {  // in their tier since the last iteration
@@ -68,8 +69,10 @@ class Completion {
           for (const Action& a : in_.after[static_cast<size_t>(i)]) FERRY_RETURN_IF_ERROR(apply(i, a, out_.after[i]));
         continue;
       }
-      for (TensorId t : g_.op(i).inputs)
+      for (TensorId t : g_.op(i).inputs) {
         if (!on_[idx(t)]) FERRY_RETURN_IF_ERROR(fetch(i, t, out_.before[static_cast<size_t>(i)], 0));
+        last_read_[idx(t)] = i;
+      }
       for (TensorId t : g_.op(i).outputs) {
         on_[idx(t)] = born_[idx(t)] = true;
         copy_[idx(t)] = {false, false};  // a new value (or an update of a persistent tensor)
@@ -77,6 +80,13 @@ class Completion {
       if (has_intent)
         for (const Action& a : in_.after[static_cast<size_t>(i)]) FERRY_RETURN_IF_ERROR(apply(i, a, out_.after[i]));
     }
+    // An offloaded tensor still on the device that nothing wrote since its copy was made (one the
+    // host updates only read, such as AMP's loss scale, which device ops read too) ends the
+    // iteration in its tier: released after its last read.
+    for (const Tensor& t : g_.tensors)
+      if (t.persistent() && offloaded_[idx(t.id)] && on_[idx(t.id)] && (copy_[idx(t.id)][0] || copy_[idx(t.id)][1]) &&
+          last_read_[idx(t.id)] != kNoOp)
+        out_.after[static_cast<size_t>(last_read_[idx(t.id)])].push_back(release_action(t.id));
     drop_dead_actions();
     return std::move(out_);
   }
@@ -136,8 +146,8 @@ class Completion {
     return Status::Ok();
   }
 
-  // The update's operands leave the device where they have a valid copy (a release is free);
-  // anything else is the planner's bug.
+  // The operands the update writes leave the device where they have a valid copy (a release is
+  // free); one it only reads may stay (the host reads its copy). Anything else is the planner's bug.
   Status host_update(OpId step, const Action& a, std::vector<Action>& list) {
     const OpId u = updates_.of(a.tensor);
     if (u == kNoOp) return bug(step, a, "no optimizer update reads it as its gradient");
@@ -149,6 +159,7 @@ class Completion {
         return bug(step, a, fmt::format("'{}' of its update is not offloaded", name(t)));
       if (!on_[idx(t)] || g_.tensor(t).bytes == 0) continue;
       if (!copy_[idx(t)][0] && !copy_[idx(t)][1]) return bug(step, a, fmt::format("'{}' has no valid copy", name(t)));
+      if (std::find(g_.op(u).outputs.begin(), g_.op(u).outputs.end(), t) == g_.op(u).outputs.end()) continue;
       list.push_back(release_action(t));
       on_[idx(t)] = false;
     }
@@ -172,8 +183,10 @@ class Completion {
     if (!f_.recomputable(t)) return bug(step, a, "it was released without a copy and cannot be recomputed");
     if (depth > static_cast<int>(g_.ops.size())) return bug(step, a, "recompute chain does not terminate");
     const Op& p = g_.op(f_.producer[idx(t)]);
-    for (TensorId u : p.inputs)
+    for (TensorId u : p.inputs) {
       if (!on_[idx(u)]) FERRY_RETURN_IF_ERROR(fetch(step, u, list, depth + 1));
+      last_read_[idx(u)] = std::max(last_read_[idx(u)], step);
+    }
     list.push_back(a);
     on_[idx(t)] = true;
     return Status::Ok();
@@ -241,6 +254,7 @@ class Completion {
   Schedule out_;
   std::vector<bool> on_, born_, offloaded_;
   UpdateOps updates_;  // weight gradient -> the update op reading it
+  std::vector<OpId> last_read_;  // per tensor: the last device op that read it
   std::vector<bool> host_op_;  // per op: it runs on the host (a kHostUpdate action in the intent)
   std::vector<std::array<bool, 2>> copy_;
 };

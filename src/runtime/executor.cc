@@ -595,17 +595,24 @@ Status Executor::host_update(const Instruction& in, const RunContext& ctx) {
       if (std::find(tensors.begin(), tensors.end(), t) != tensors.end()) continue;
       tensors.push_back(t);
     }
+  // What it writes back: the persistent tensors among its outputs (one it only reads, such as
+  // AMP's loss scale, is not a write: later swap-ins of it need not wait for this task).
+  const auto written = [&op, this](TensorId t) {
+    return graph_.tensor(t).persistent() && std::find(op.outputs.begin(), op.outputs.end(), t) != op.outputs.end();
+  };
+  std::vector<bool> writes_back;
+  for (TensorId t : tensors) writes_back.push_back(written(t));
   std::vector<SwapTier*> where;
   for (TensorId t : tensors) {
     const std::optional<Tier> home = program_.home_tier(t);
     SwapTier* tr = &tier(graph_.tensor(t).persistent() && home ? *home : in.tier);
     where.push_back(tr);
     reads.push_back({tr, t});
-    if (graph_.tensor(t).persistent()) writes.push_back({tr, t});
+    if (written(t)) writes.push_back({tr, t});
   }
   const int64_t step = ctx.optimizer_step;
   const bool record = verifier_ != nullptr;
-  auto task = [this, id = op.id, tensors, where, step, record]() -> Status {
+  auto task = [this, id = op.id, tensors, where, writes_back, step, record]() -> Status {
     const Op& u = graph_.ops[id];
     std::vector<std::vector<std::byte>> buffers(tensors.size());
     std::vector<std::span<std::byte>> spans;
@@ -620,7 +627,7 @@ Status Executor::host_update(const Instruction& in, const RunContext& ctx) {
     }
     FERRY_RETURN_IF_ERROR(run_update_on_host(graph_, u, step, tensors, spans));
     for (size_t i = 0; i < tensors.size(); ++i) {
-      if (!graph_.tensor(tensors[i]).persistent()) continue;
+      if (!writes_back[i]) continue;
       const std::optional<SwapSlot> slot = where[i]->find(tensors[i]);
       FERRY_RETURN_IF_ERROR(where[i]->write(*slot, std::span<const std::byte>(buffers[i])));
       if (record) {  // the content the next swap-in must bring (memory checks), set at the boundary
@@ -637,7 +644,7 @@ Status Executor::host_update(const Instruction& in, const RunContext& ctx) {
   ++host_updates_;
   if (verifier_)  // the new values' hashes come from the task, at the end of the iteration
     for (TensorId t : tensors)
-      if (graph_.tensor(t).persistent()) verifier_->forget(t);
+      if (written(t)) verifier_->forget(t);
   return Status::Ok();
 }
 

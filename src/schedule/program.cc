@@ -394,7 +394,9 @@ class Lowering {
       if (home < 0)
         return error(i, part, k, a, fmt::format("update '{}' runs on the host but '{}' lives on the device between "
                                                 "iterations (offload it)", u.name, tname(t)));
-      if (ps.state != State::kOffDevice)
+      // One it only reads (AMP's loss scale) may also be on the device: the host reads its copy.
+      const bool writes = std::find(u.outputs.begin(), u.outputs.end(), t) != u.outputs.end();
+      if (writes && ps.state != State::kOffDevice)
         return error(i, part, k, a, fmt::format("'{}' of update '{}' is on the device (release it first)", tname(t),
                                                 u.name));
       if (!ps.copy[static_cast<size_t>(home)] || ps.copy[static_cast<size_t>(1 - home)])

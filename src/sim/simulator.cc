@@ -276,21 +276,21 @@ class Simulation {
   }
 
   // An update on the host lane: after its issue, its operands' copies and the previous host update.
+  // The copies it writes (its persistent outputs) are ready when it ends; one it only reads (AMP's
+  // loss scale) stays ready, as in the executor, which writes back only the outputs.
   void host_run(const Instruction& in) {
     const Op& op = g_.op(in.op);
     double start = std::max({now_, host_free_, ts(in.tensor).copy_ready_us[tier_index(in.tier)]});
-    std::vector<TensorId> persistent;
     for (const auto* list : {&op.inputs, &op.outputs})
       for (TensorId t : *list)
-        if (g_.tensor(t).persistent()) {
-          const std::optional<Tier> home = p_.home_tier(t);
-          if (home) start = std::max(start, ts(t).copy_ready_us[tier_index(*home)]);
-          persistent.push_back(t);
-        }
+        if (g_.tensor(t).persistent())
+          if (const std::optional<Tier> home = p_.home_tier(t))
+            start = std::max(start, ts(t).copy_ready_us[tier_index(*home)]);
     const double end = start + host_us_[static_cast<size_t>(op.id)];
     host_free_ = end;
-    for (TensorId t : persistent)
-      if (const std::optional<Tier> home = p_.home_tier(t)) ts(t).copy_ready_us[tier_index(*home)] = end;
+    for (TensorId t : op.outputs)
+      if (g_.tensor(t).persistent())
+        if (const std::optional<Tier> home = p_.home_tier(t)) ts(t).copy_ready_us[tier_index(*home)] = end;
     r_.host_update_us += end - start;
     ++r_.num_host_updates;
     event(SimStream::kHost, EventKind::kHostUpdate, op.name + " (host)", in.step, op.id, in.tensor, 0, start, end);

@@ -8,6 +8,9 @@
 //   - without a host rate, or for a framework's executor, no update is put on the host.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <limits>
+
 #include "graph/zoo/zoo.h"
 #include "plan/ferry/bound.h"
 #include "plan/ferry/ferry_planner.h"
@@ -155,6 +158,98 @@ TEST(HostUpdatePlans, TheBoundPaysForUpdatesOnASlowHost) {
       if (fraction == 1.0) EXPECT_LT(credited->us, b->us);  // the compute floor alone
     }
   }
+}
+
+// Mixed precision on a slow host: running every update there would make the host lane the
+// iteration (a GPU's AMP kernels beside a CPU's Adam), so host_splits offers splits, each a prefix
+// of the updates in the order their gradients are produced. Every split lowers: AMP's loss scale,
+// which every update reads and none writes, stays on the device for the device's updates while
+// the host reads its copy, and ends the iteration in its tier. A host update is issued once its
+// gradient has left, not after the device's last update (the loss scale held every one of them
+// back there). A plan that does take the loss scale off before the host updates fetches it back
+// without waiting for the host lane (which only reads it). With a host that keeps up: no split.
+TEST(HostUpdatePlans, MixedPrecisionSplitsUpdatesBetweenHostAndDevice) {
+  ModelConfig c;
+  c.batch = 2;
+  c.seq = 32;
+  c.train.optimizer = OptimizerKind::kAdam;
+  c.precision = Precision::kAmpFp16;
+  const Graph g = build_model("gpt2-mini", c).value();
+  TensorId scale = kNoTensor;
+  for (const Tensor& t : g.tensors)
+    if (t.name == "amp.loss_scale") scale = t.id;
+  ASSERT_NE(scale, kNoTensor);
+  const CostModel slow = host_cost(1e6), fast = host_cost(1e13);
+  PlanContext ctx{.graph = g, .cost = slow};
+  ctx.op_scratch_bytes = policy_test::backend_like_scratch(g);
+  Result<PlanFacts> f = make_plan_facts(ctx);
+  ASSERT_TRUE(f.ok()) << f.status().message();
+  const std::vector<OpId>& all = f->host_updatable;
+  ASSERT_GT(all.size(), 4u);
+  const std::vector<std::vector<OpId>> splits = planner::host_splits(ctx, *f, all);
+  ASSERT_FALSE(splits.empty());
+  // The updates in the order their gradients are produced.
+  std::vector<OpId> by_gradient = all;
+  std::sort(by_gradient.begin(), by_gradient.end(), [&](OpId a, OpId b) {
+    return f->producer[static_cast<size_t>(g.op(a).inputs[1])] < f->producer[static_cast<size_t>(g.op(b).inputs[1])];
+  });
+  for (const std::vector<OpId>& split : splits) {
+    SCOPED_TRACE(::testing::Message() << split.size() << " of " << all.size() << " updates on the host");
+    ASSERT_GT(split.size(), 0u);
+    ASSERT_LT(split.size(), all.size());
+    std::vector<OpId> prefix(by_gradient.begin(), by_gradient.begin() + static_cast<std::ptrdiff_t>(split.size()));
+    std::sort(prefix.begin(), prefix.end());
+    EXPECT_EQ(split, prefix);
+    std::vector<bool> on_host(g.ops.size(), false);
+    for (OpId u : split) on_host[static_cast<size_t>(u)] = true;
+    OpId last_device_update = kNoOp;
+    for (OpId u : all)
+      if (!on_host[static_cast<size_t>(u)]) last_device_update = std::max(last_device_update, u);
+    const Schedule rewritten = planner::with_host_updates(*f, empty_schedule(ctx, "t"), split);
+    // Where each host update is issued (the step after whose actions it stands).
+    size_t issued_early = 0;
+    for (OpId i = 0; i < static_cast<OpId>(g.ops.size()); ++i)
+      for (const Action& a : rewritten.after[static_cast<size_t>(i)])
+        if (a.kind == ActionKind::kHostUpdate) issued_early += i < last_device_update;
+    EXPECT_EQ(issued_early, split.size());
+    Result<Schedule> s = complete_schedule(*f, rewritten);
+    ASSERT_TRUE(s.ok()) << s.status().message();
+    EXPECT_EQ(s->num_host_updates(), split.size());
+    Result<Program> p = lower_schedule(g, *s, f->program_options);
+    ASSERT_TRUE(p.ok()) << p.status().message();
+    // The loss scale released before the first host update: the device's updates fetch it back.
+    Schedule off = rewritten;
+    for (std::vector<Action>& list : off.after) {
+      auto first = std::find_if(list.begin(), list.end(), [](const Action& a) { return a.kind == ActionKind::kHostUpdate; });
+      if (first == list.end()) continue;
+      list.insert(first, release_action(scale));
+      break;
+    }
+    Result<Schedule> refetch = complete_schedule(*f, off);
+    ASSERT_TRUE(refetch.ok()) << refetch.status().message();
+    const auto swap_ins_of_scale = [&](const Schedule& x) {
+      size_t n = 0;
+      for (const auto* lists : {&x.before, &x.after})
+        for (const std::vector<Action>& list : *lists)
+          for (const Action& a : list) n += a.kind == ActionKind::kSwapIn && a.tensor == scale;
+      return n;
+    };
+    EXPECT_EQ(swap_ins_of_scale(*s), 1u);  // for its first device read, then kept there
+    EXPECT_EQ(swap_ins_of_scale(*refetch), 2u);
+    Result<SimResult> sim = simulate_for_planning(ctx, *f, *refetch);
+    ASSERT_TRUE(sim.ok()) << sim.status().message();
+    ASSERT_GT(sim->host_update_us, 0);
+    ASSERT_GT(sim->swap_in_wait_us.size(), static_cast<size_t>(scale));
+    // One update's host time is more than any wait a 4-byte swap-in needs for itself.
+    double shortest = std::numeric_limits<double>::infinity();
+    for (OpId u : split) shortest = std::min(shortest, slow.host_update_us(g, g.op(u)).value());
+    EXPECT_LT(sim->swap_in_wait_us[static_cast<size_t>(scale)], shortest);
+  }
+  PlanContext quick{.graph = g, .cost = fast};
+  quick.op_scratch_bytes = ctx.op_scratch_bytes;
+  Result<PlanFacts> ff = make_plan_facts(quick);
+  ASSERT_TRUE(ff.ok());
+  EXPECT_TRUE(planner::host_splits(quick, *ff, ff->host_updatable).empty());
 }
 
 }  // namespace

@@ -906,13 +906,16 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
   double best_us = std::numeric_limits<double>::infinity();
   // Every link weight with all updates on the device, and (where the profile has a host optimizer
   // rate) with every update that can run there on the host: the simulator picks.
-  // A third set runs on the host only the updates the host lane finishes behind the backward pass.
+  // A third set runs on the host only the updates the host lane finishes behind the backward pass;
+  // where the host lane would outlast the device, splits balance it against the link (host_splits).
   const std::vector<OpId> host_all = facts.host_updatable;
   std::vector<std::vector<OpId>> host_sets{{}};
   if (!host_all.empty() && ctx.budget_bytes != 0 && tuning.host_updates) {
     host_sets.push_back(host_all);
     std::vector<OpId> shadow = planner::host_ops_in_shadow(ctx, facts, host_all);
     if (!shadow.empty() && shadow != host_all) host_sets.push_back(std::move(shadow));
+    for (std::vector<OpId>& split : planner::host_splits(ctx, facts, host_all))
+      if (std::find(host_sets.begin(), host_sets.end(), split) == host_sets.end()) host_sets.push_back(std::move(split));
   }
   // Where copies slow the kernels, each also with hidden copies scored as free: the greedy's
   // per-gap costs are estimates, and the simulator, which stretches ops by the copies beside them,

@@ -24,6 +24,15 @@ namespace ferry::planner {
 // lane the iteration's critical path; this subset keeps the rest on the device.
 std::vector<OpId> host_ops_in_shadow(const PlanContext& ctx, const PlanFacts& f, const std::vector<OpId>& ops);
 
+// Where running every update of `ops` on the host would make the host lane longer than the
+// device's compute (a fast GPU beside a CPU optimizer, e.g. mixed precision), host/link splits: the
+// updates whose gradients come first run on the host, the rest on the device, whose optimizer
+// state the planner may then stream over the link (offloads). The split k balances the host lane
+// (the first k updates' host time) against one link direction (the first k gradients going out
+// plus the rest's persistent outputs crossing once), estimated from the cost model; returned: k
+// and k -/+ a tenth of the updates, each sorted by op id. Empty where the host lane keeps up.
+std::vector<std::vector<OpId>> host_splits(const PlanContext& ctx, const PlanFacts& f, const std::vector<OpId>& ops);
+
 // `s` with `ops` run on the host (as above). Actions `s` has on the gradients of `ops` are
 // dropped, and swap-outs of their persistent operands (the host writes their copies). `at`, when
 // given, says per tensor where to issue the swap-in of an operand `s` kept on the device and after
