@@ -161,8 +161,9 @@ TEST(HostUpdatePlans, TheBoundPaysForUpdatesOnASlowHost) {
 }
 
 // Mixed precision on a slow host: running every update there would make the host lane the
-// iteration (a GPU's AMP kernels beside a CPU's Adam), so host_splits offers splits, each a prefix
-// of the updates in the order their gradients are produced. Every split lowers: AMP's loss scale,
+// iteration (a GPU's AMP kernels beside a CPU's Adam), so host_split_order offers the updates in
+// the order their gradients are produced, whose prefixes plan_ferry puts on the host (the cost
+// model's balance among them). Every split lowers: AMP's loss scale,
 // which every update reads and none writes, stays on the device for the device's updates while
 // the host reads its copy, and ends the iteration in its tier. A host update is issued once its
 // gradient has left, not after the device's last update (the loss scale held every one of them
@@ -186,20 +187,19 @@ TEST(HostUpdatePlans, MixedPrecisionSplitsUpdatesBetweenHostAndDevice) {
   ASSERT_TRUE(f.ok()) << f.status().message();
   const std::vector<OpId>& all = f->host_updatable;
   ASSERT_GT(all.size(), 4u);
-  const std::vector<std::vector<OpId>> splits = planner::host_splits(ctx, *f, all);
-  ASSERT_FALSE(splits.empty());
-  // The updates in the order their gradients are produced.
-  std::vector<OpId> by_gradient = all;
-  std::sort(by_gradient.begin(), by_gradient.end(), [&](OpId a, OpId b) {
-    return f->producer[static_cast<size_t>(g.op(a).inputs[1])] < f->producer[static_cast<size_t>(g.op(b).inputs[1])];
-  });
-  for (const std::vector<OpId>& split : splits) {
-    SCOPED_TRACE(::testing::Message() << split.size() << " of " << all.size() << " updates on the host");
-    ASSERT_GT(split.size(), 0u);
-    ASSERT_LT(split.size(), all.size());
-    std::vector<OpId> prefix(by_gradient.begin(), by_gradient.begin() + static_cast<std::ptrdiff_t>(split.size()));
-    std::sort(prefix.begin(), prefix.end());
-    EXPECT_EQ(split, prefix);
+  const std::vector<OpId> order = planner::host_split_order(ctx, *f, all);
+  ASSERT_EQ(order.size(), all.size());
+  EXPECT_TRUE(std::is_permutation(order.begin(), order.end(), all.begin()));
+  for (size_t i = 1; i < order.size(); ++i)  // in the order their gradients are produced
+    EXPECT_LE(f->producer[static_cast<size_t>(g.op(order[i - 1]).inputs[1])],
+              f->producer[static_cast<size_t>(g.op(order[i]).inputs[1])]);
+  const size_t balanced = planner::balanced_host_split(ctx, *f, order);
+  EXPECT_GT(balanced, 0u);  // a host this slow takes some updates, not all
+  EXPECT_LT(balanced, order.size());
+  for (size_t k : {balanced, order.size() / 2, size_t{1}}) {
+    SCOPED_TRACE(::testing::Message() << k << " of " << all.size() << " updates on the host");
+    std::vector<OpId> split(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(k));
+    std::sort(split.begin(), split.end());
     std::vector<bool> on_host(g.ops.size(), false);
     for (OpId u : split) on_host[static_cast<size_t>(u)] = true;
     OpId last_device_update = kNoOp;
@@ -249,7 +249,7 @@ TEST(HostUpdatePlans, MixedPrecisionSplitsUpdatesBetweenHostAndDevice) {
   quick.op_scratch_bytes = ctx.op_scratch_bytes;
   Result<PlanFacts> ff = make_plan_facts(quick);
   ASSERT_TRUE(ff.ok());
-  EXPECT_TRUE(planner::host_splits(quick, *ff, ff->host_updatable).empty());
+  EXPECT_TRUE(planner::host_split_order(quick, *ff, ff->host_updatable).empty());
 }
 
 }  // namespace

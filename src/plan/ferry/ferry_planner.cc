@@ -904,35 +904,28 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
   std::optional<PlanAttempt> best;
   std::unique_ptr<planner::Planner> winner;
   double best_us = std::numeric_limits<double>::infinity();
+  // The fastest fitting plan with another set of host updates than the winner's: polished too,
+  // since the polish can reorder close candidates.
+  std::optional<PlanAttempt> second;
+  std::unique_ptr<planner::Planner> second_winner;
+  double second_us = std::numeric_limits<double>::infinity();
+  std::optional<std::vector<OpId>> winner_set;  // the winner's host updates
   // Every link weight with all updates on the device, and (where the profile has a host optimizer
   // rate) with every update that can run there on the host: the simulator picks.
-  // A third set runs on the host only the updates the host lane finishes behind the backward pass;
-  // where the host lane would outlast the device, splits balance it against the link (host_splits).
+  // A third set runs on the host only the updates the host lane finishes behind the backward pass.
   const std::vector<OpId> host_all = facts.host_updatable;
   std::vector<std::vector<OpId>> host_sets{{}};
+  std::vector<OpId> split_order;
   if (!host_all.empty() && ctx.budget_bytes != 0 && tuning.host_updates) {
     host_sets.push_back(host_all);
     std::vector<OpId> shadow = planner::host_ops_in_shadow(ctx, facts, host_all);
     if (!shadow.empty() && shadow != host_all) host_sets.push_back(std::move(shadow));
-    for (std::vector<OpId>& split : planner::host_splits(ctx, facts, host_all))
-      if (std::find(host_sets.begin(), host_sets.end(), split) == host_sets.end()) host_sets.push_back(std::move(split));
+    split_order = planner::host_split_order(ctx, facts, host_all);
   }
-  // Where copies slow the kernels, each also with hidden copies scored as free: the greedy's
-  // per-gap costs are estimates, and the simulator, which stretches ops by the copies beside them,
-  // judges both.
-  struct Variant {
-    double weight;
-    const std::vector<OpId>* host_ops;
-    bool count_interference;
-  };
-  std::vector<Variant> variants;
-  for (bool count : {true, false}) {
-    if (!count && !ctx.cost.has_interference()) break;
-    for (const std::vector<OpId>& set : host_sets)
-      for (double weight : tuning.link_weights) variants.push_back({weight, &set, count});
-  }
-  for (auto [weight, host_ops, count_interference] : variants) {
-    auto p = std::make_unique<planner::Planner>(ctx, facts, weight, *host_ops, count_interference);
+  // Plans one variant and keeps it when it beats the best so far; returns its simulated time
+  // (infinity when it does not fit).
+  auto consider = [&](double weight, const std::vector<OpId>& host_ops, bool count_interference) -> Result<double> {
+    auto p = std::make_unique<planner::Planner>(ctx, facts, weight, host_ops, count_interference);
     FERRY_ASSIGN_OR_RETURN(PlanAttempt a, p->run(nullptr));
     double us = std::numeric_limits<double>::infinity();
     if (a.fits) {
@@ -942,14 +935,88 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
     const bool better = !best || (a.fits && !best->fits) || (a.fits == best->fits && a.fits && us < best_us) ||
                         (!a.fits && !best->fits && a.measure.device_bytes < best->measure.device_bytes);
     if (better) {
+      if (best && best->fits && winner_set && *winner_set != host_ops) {
+        second = std::move(best), second_us = best_us, second_winner = std::move(winner);
+      }
       best = std::move(a);
       best_us = us;
       winner = std::move(p);
+      winner_set = host_ops;
+    } else if (a.fits && us < second_us && winner_set && *winner_set != host_ops) {
+      second = std::move(a), second_us = us, second_winner = std::move(p);
     }
+    return us;
+  };
+  // Where copies slow the kernels, each also with hidden copies scored as free: the greedy's
+  // per-gap costs are estimates, and the simulator, which stretches ops by the copies beside them,
+  // judges both.
+  for (bool count : {true, false}) {
+    if (!count && !ctx.cost.has_interference()) break;
+    for (const std::vector<OpId>& set : host_sets)
+      for (double weight : tuning.link_weights) {
+        FERRY_RETURN_IF_ERROR(consider(weight, set, count).status());
+        if (ctx.budget_bytes == 0) break;
+      }
     if (ctx.budget_bytes == 0) break;
+  }
+  // Host/link splits (host_split_order): the first k updates on the host, the rest on the device.
+  // How much of the device's state must cross the link depends on the budget, so k is searched:
+  // the cost model's balance (balanced_host_split) and a tenth of the updates either side with
+  // every link weight; tenths of the updates with the middle weight, then twentieths around the
+  // fastest, then the other weights at the three fastest k.
+  if (!split_order.empty() && !tuning.link_weights.empty()) {
+    const size_t n = split_order.size();
+    const double probe = tuning.link_weights[tuning.link_weights.size() / 2];
+    std::vector<double> tried(n + 1, -1);  // per k: simulated time (-1: not tried)
+    auto prefix = [&](size_t k) {
+      std::vector<OpId> set(split_order.begin(), split_order.begin() + static_cast<std::ptrdiff_t>(k));
+      std::sort(set.begin(), set.end());
+      return set;
+    };
+    auto try_k = [&](size_t k) -> Status {
+      if (k == 0 || k >= n || tried[k] >= 0) return Status::Ok();
+      FERRY_ASSIGN_OR_RETURN(tried[k], consider(probe, prefix(k), true));
+      return Status::Ok();
+    };
+    auto fastest = [&] {
+      size_t at = 0;
+      for (size_t k = 1; k < n; ++k)
+        if (tried[k] >= 0 && (at == 0 || tried[k] < tried[at])) at = k;
+      return at;
+    };
+    std::vector<bool> every_weight(n + 1, false);
+    const size_t balanced = planner::balanced_host_split(ctx, facts, split_order);
+    for (size_t k : {balanced, balanced > n / 10 ? balanced - n / 10 : 0, balanced + n / 10}) {
+      if (k == 0 || k >= n || every_weight[k]) continue;
+      every_weight[k] = true;
+      for (double weight : tuning.link_weights) FERRY_RETURN_IF_ERROR(consider(weight, prefix(k), true).status());
+    }
+    for (size_t i = 1; i < 10; ++i) FERRY_RETURN_IF_ERROR(try_k(n * i / 10));
+    if (size_t k = fastest(); k != 0) {
+      FERRY_RETURN_IF_ERROR(try_k(k > n / 20 ? k - n / 20 : 0));
+      FERRY_RETURN_IF_ERROR(try_k(k + n / 20));
+    }
+    // The probe's ranking is noisy across weights: the three fastest k get every weight.
+    for (int round = 0; round < 3; ++round) {
+      const size_t k = fastest();
+      if (k == 0 || !std::isfinite(tried[k])) break;
+      for (double weight : tuning.link_weights)
+        if (weight != probe && !every_weight[k]) FERRY_RETURN_IF_ERROR(consider(weight, prefix(k), true).status());
+      tried[k] = std::numeric_limits<double>::infinity();  // out of the next rounds
+    }
   }
   if (best->fits && ctx.budget_bytes != 0 && tuning.repair_rounds > 0) {
     FERRY_ASSIGN_OR_RETURN(best, winner->polish(std::move(*best), tuning.repair_rounds, tuning.max_polish_simulations));
+    if (second) {
+      FERRY_ASSIGN_OR_RETURN(SimResult first_sim, simulate_for_planning(ctx, facts, best->schedule));
+      FERRY_ASSIGN_OR_RETURN(second, second_winner->polish(std::move(*second), tuning.repair_rounds,
+                                                             tuning.max_polish_simulations));
+      FERRY_ASSIGN_OR_RETURN(SimResult second_sim, simulate_for_planning(ctx, facts, second->schedule));
+      if (second->fits && second_sim.iteration_us < first_sim.iteration_us) {
+        best = std::move(second);
+        winner = std::move(second_winner);
+      }
+    }
   }
   if (decisions != nullptr) *decisions = winner->explain();
   // The rounds placed with a shortcut (the first placement within the budget); report the

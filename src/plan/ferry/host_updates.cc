@@ -35,21 +35,28 @@ std::vector<OpId> host_ops_in_shadow(const PlanContext& ctx, const PlanFacts& f,
   return out;
 }
 
-std::vector<std::vector<OpId>> host_splits(const PlanContext& ctx, const PlanFacts& f, const std::vector<OpId>& ops) {
+std::vector<OpId> host_split_order(const PlanContext& ctx, const PlanFacts& f, const std::vector<OpId>& ops) {
   const Graph& g = f.g();
   std::vector<bool> update(g.ops.size(), false);
   for (OpId u : ops) update[static_cast<size_t>(u)] = true;
-  double device_us = 0;  // the device's compute without these updates
+  double device_us = 0, host_us = 0;  // the device's compute without these updates; the host lane's
   for (const Op& op : g.ops)
     if (!update[static_cast<size_t>(op.id)]) device_us += f.op_us[static_cast<size_t>(op.id)];
+  for (OpId u : ops) host_us += ctx.cost.host_update_us(g, g.op(u)).value_or(0);
+  if (ops.size() < 2 || host_us <= device_us) return {};
   std::vector<OpId> sorted = ops;
   std::sort(sorted.begin(), sorted.end(), [&](OpId a, OpId b) {
     return f.producer[static_cast<size_t>(g.op(a).inputs[1])] < f.producer[static_cast<size_t>(g.op(b).inputs[1])];
   });
-  const size_t n = sorted.size();
+  return sorted;
+}
+
+size_t balanced_host_split(const PlanContext& ctx, const PlanFacts& f, const std::vector<OpId>& order) {
+  const Graph& g = f.g();
+  const size_t n = order.size();
   std::vector<double> host(n + 1, 0), grads(n + 1, 0), state(n + 1, 0);  // prefix sums
   for (size_t i = 0; i < n; ++i) {
-    const Op& u = g.op(sorted[i]);
+    const Op& u = g.op(order[i]);
     host[i + 1] = host[i] + ctx.cost.host_update_us(g, u).value_or(0);
     grads[i + 1] = grads[i] + ctx.cost.transfer_us(Direction::kSwapOut, Tier::kHost, g.tensor(u.inputs[1]).bytes);
     uint64_t bytes = 0;
@@ -57,22 +64,13 @@ std::vector<std::vector<OpId>> host_splits(const PlanContext& ctx, const PlanFac
       if (g.tensor(t).persistent()) bytes += g.tensor(t).bytes;
     state[i + 1] = state[i] + ctx.cost.transfer_us(Direction::kSwapIn, Tier::kHost, bytes);
   }
-  if (n < 2 || host[n] <= device_us) return {};
   size_t best = 0;
   double best_us = std::numeric_limits<double>::infinity();
   for (size_t k = 0; k <= n; ++k) {
     const double us = std::max(host[k], grads[k] + state[n] - state[k]);
     if (us < best_us) best_us = us, best = k;
   }
-  std::vector<std::vector<OpId>> out;
-  const size_t step = std::max<size_t>(1, n / 10);
-  for (size_t k : {best, best >= step ? best - step : 0, best + step}) {
-    if (k == 0 || k >= n) continue;
-    std::vector<OpId> set(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(k));
-    std::sort(set.begin(), set.end());
-    if (std::find(out.begin(), out.end(), set) == out.end()) out.push_back(std::move(set));
-  }
-  return out;
+  return best;
 }
 
 Schedule with_host_updates(const PlanFacts& f, Schedule s, const std::vector<OpId>& ops,

@@ -25,13 +25,17 @@ namespace ferry::planner {
 std::vector<OpId> host_ops_in_shadow(const PlanContext& ctx, const PlanFacts& f, const std::vector<OpId>& ops);
 
 // Where running every update of `ops` on the host would make the host lane longer than the
-// device's compute (a fast GPU beside a CPU optimizer, e.g. mixed precision), host/link splits: the
-// updates whose gradients come first run on the host, the rest on the device, whose optimizer
-// state the planner may then stream over the link (offloads). The split k balances the host lane
-// (the first k updates' host time) against one link direction (the first k gradients going out
-// plus the rest's persistent outputs crossing once), estimated from the cost model; returned: k
-// and k -/+ a tenth of the updates, each sorted by op id. Empty where the host lane keeps up.
-std::vector<std::vector<OpId>> host_splits(const PlanContext& ctx, const PlanFacts& f, const std::vector<OpId>& ops);
+// device's compute (a fast GPU beside a CPU optimizer, e.g. mixed precision): `ops` in the order
+// their gradients are produced, the order in which host/link splits take them (the first k on the
+// host, the rest on the device, whose master weights and optimizer state the planner may then
+// stream over the link; plan_ferry searches k). Empty where the host lane keeps up.
+std::vector<OpId> host_split_order(const PlanContext& ctx, const PlanFacts& f, const std::vector<OpId>& ops);
+
+// The split of `order` (host_split_order) that balances the host lane (the first k updates' host
+// time) against one link direction (the first k gradients leaving, plus the rest's persistent
+// outputs crossing once: every device update's state streamed, as at a tight budget), from the
+// cost model. A starting point for plan_ferry's search of k.
+size_t balanced_host_split(const PlanContext& ctx, const PlanFacts& f, const std::vector<OpId>& order);
 
 // `s` with `ops` run on the host (as above). Actions `s` has on the gradients of `ops` are
 // dropped, and swap-outs of their persistent operands (the host writes their copies). `at`, when
