@@ -42,6 +42,7 @@
 //   carry their phase, and a weight gradient accumulated over passes is a chain of versions.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -208,6 +209,9 @@ struct Op {
   // The op may write its first output over its first input's buffer when that input dies here
   // (relu, add, dropout, their backward counterparts, grad accumulation).
   bool inplace_capable = false;
+
+  // Whether the op writes t (t is among its outputs).
+  bool writes(TensorId t) const { return std::find(outputs.begin(), outputs.end(), t) != outputs.end(); }
 };
 
 enum class OptimizerKind : uint8_t { kSgd, kAdam };

@@ -159,7 +159,7 @@ class Completion {
         return bug(step, a, fmt::format("'{}' of its update is not offloaded", name(t)));
       if (!on_[idx(t)] || g_.tensor(t).bytes == 0) continue;
       if (!copy_[idx(t)][0] && !copy_[idx(t)][1]) return bug(step, a, fmt::format("'{}' has no valid copy", name(t)));
-      if (std::find(g_.op(u).outputs.begin(), g_.op(u).outputs.end(), t) == g_.op(u).outputs.end()) continue;
+      if (!g_.op(u).writes(t)) continue;
       list.push_back(release_action(t));
       on_[idx(t)] = false;
     }

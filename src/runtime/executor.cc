@@ -598,7 +598,7 @@ Status Executor::host_update(const Instruction& in, const RunContext& ctx) {
   // What it writes back: the persistent tensors among its outputs (one it only reads, such as
   // AMP's loss scale, is not a write: later swap-ins of it need not wait for this task).
   const auto written = [&op, this](TensorId t) {
-    return graph_.tensor(t).persistent() && std::find(op.outputs.begin(), op.outputs.end(), t) != op.outputs.end();
+    return graph_.tensor(t).persistent() && op.writes(t);
   };
   std::vector<bool> writes_back;
   for (TensorId t : tensors) writes_back.push_back(written(t));

@@ -395,7 +395,7 @@ class Lowering {
         return error(i, part, k, a, fmt::format("update '{}' runs on the host but '{}' lives on the device between "
                                                 "iterations (offload it)", u.name, tname(t)));
       // One it only reads (AMP's loss scale) may also be on the device: the host reads its copy.
-      const bool writes = std::find(u.outputs.begin(), u.outputs.end(), t) != u.outputs.end();
+      const bool writes = u.writes(t);
       if (writes && ps.state != State::kOffDevice)
         return error(i, part, k, a, fmt::format("'{}' of update '{}' is on the device (release it first)", tname(t),
                                                 u.name));

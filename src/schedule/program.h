@@ -47,8 +47,9 @@
 //   recomputed.
 // - A host update (kHostUpdate) needs its gradient off the device with a copy in the action's tier,
 //   and every persistent tensor its op reads or writes offloaded, with a copy in its home tier and
-//   in no other tier, and off the device if the op writes it (one it only reads may stay); an op may be host-updated once. It reads its gradient
-//   there (the gradient's last read); afterwards no action may bring a tensor it wrote back.
+//   in no other tier, and off the device if the op writes it (one it only reads may stay); an op
+//   may be host-updated once. It reads its gradient there (the gradient's last read); afterwards
+//   no action may bring a tensor it wrote back.
 // - Persistent tensors and the loss must be on the device when the iteration ends, except
 //   offloaded persistent tensors, which must be off it with a valid copy in their tier. Only
 //   offloaded persistent tensors may be released.

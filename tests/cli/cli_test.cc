@@ -20,19 +20,6 @@ struct Output {
   std::string out;  // stdout and stderr together
 };
 
-Output ferry(const std::string& args) {
-  std::string cmd = std::string(FERRY_BINARY) + " " + args + " 2>&1";
-  Output o;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return o;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) o.out.append(buf.data(), n);
-  int status = pclose(p);
-  o.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return o;
-}
-
 // Runs a shell command line as given (stdout and stderr together).
 Output ferry_shell(const std::string& cmd) {
   Output o;
@@ -45,6 +32,9 @@ Output ferry_shell(const std::string& cmd) {
   o.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return o;
 }
+
+// Runs the ferry binary with `args`.
+Output ferry(const std::string& args) { return ferry_shell(std::string(FERRY_BINARY) + " " + args); }
 
 bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 

@@ -119,6 +119,14 @@ struct Saved {
   }
   const Graph& g() const { return h.graph(); }
   Schedule plan() const { return Schedule::keep_all(4); }
+  // a swapped out to the SSD tier after step 0, released after step 1, swapped in before step 3.
+  Schedule ssd_round_trip() const {
+    Schedule p = plan();
+    p.after[0] = {swap_out(a, Tier::kSsd)};
+    p.after[1] = {release(a)};
+    p.before[3] = {swap_in(a, Tier::kSsd)};
+    return p;
+  }
 };
 
 TEST(SimulatorTest, TransferThatFitsUnderComputeIsHidden) {
@@ -286,10 +294,7 @@ TEST(SimulatorTest, InterferenceOfLinksBusyAtOnceAddsUp) {
 
 TEST(SimulatorTest, OnlyTheSsdLegsDataPhaseInterferes) {
   Saved s;
-  Schedule p = s.plan();
-  p.after[0] = {swap_out(s.a, Tier::kSsd)};
-  p.after[1] = {release(s.a)};
-  p.before[3] = {swap_in(s.a, Tier::kSsd)};
+  const Schedule p = s.ssd_round_trip();
   // d2h [100, 210] (f 1), then the SSD write: latency [210, 260] (no interference), data
   // [260, 660] (f 0.5). g: 55 us of work by 210, 50 more by 260, 400 / 1.5 by 660, the rest after.
   const SimResult r = must_simulate(s.g(), p, interfering_cost(1.0, 0, /*ssd_write=*/0.5));
@@ -314,10 +319,7 @@ TEST(SimulatorTest, CopyDirectionsSerializeWhenTheLinkCannotDoBoth) {
 
 TEST(SimulatorTest, SsdTierGoesThroughHostAndTheSsdQueues) {
   Saved s;
-  Schedule p = s.plan();
-  p.after[0] = {swap_out(s.a, Tier::kSsd)};
-  p.after[1] = {release(s.a)};
-  p.before[3] = {swap_in(s.a, Tier::kSsd)};
+  const Schedule p = s.ssd_round_trip();
   const SimResult r = must_simulate(s.g(), p, round_cost());
   // Out: d2h [100, 210]; SSD write from 210, latency 50, 100000 B at 250 B/us -> [210, 660].
   // In at 1300: SSD read latency 100 + 200 us -> [1300, 1600]; h2d [1600, 1710]; k waits 410.
@@ -348,10 +350,7 @@ TEST(SimulatorTest, SsdTierGoesThroughHostAndTheSsdQueues) {
 // byte counts are the raw tensor's.
 TEST(SimulatorTest, CodedSsdCopiesTakeTheCodecPipelinesTime) {
   Saved s;
-  Schedule p = s.plan();
-  p.after[0] = {swap_out(s.a, Tier::kSsd)};
-  p.after[1] = {release(s.a)};
-  p.before[3] = {swap_in(s.a, Tier::kSsd)};
+  Schedule p = s.ssd_round_trip();
   p.ssd_codecs = {{s.a, CodecId::kZeroMask}};
   const std::string cls = tensor_classes(s.g())[static_cast<size_t>(s.a)];
   // Half the bytes; encoding at 1000 B/us, decoding at 2000 B/us; 100000 bytes is one chunk, so

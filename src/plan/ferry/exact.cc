@@ -265,8 +265,7 @@ class ExactModel {
           if (on(in_[v][k])) add_before(s, static_cast<OpId>(k), swap_in_action(t.id, ctx_.tier));
           const bool here = present(t.id, k);
           const bool next = k + 1 < n_ && present(t.id, k + 1);
-          if (here && static_cast<OpId>(k) == a.back() && f_.g().op(a.back()).outputs.end() !=
-                  std::find(f_.g().op(a.back()).outputs.begin(), f_.g().op(a.back()).outputs.end(), t.id))
+          if (here && static_cast<OpId>(k) == a.back() && f_.g().op(a.back()).writes(t.id))
             add_after(s, static_cast<OpId>(k), swap_out_action(t.id, ctx_.tier));
           if (here && !next) add_after(s, static_cast<OpId>(k), release_action(t.id));
         }

@@ -210,10 +210,7 @@ class Planner {
     std::vector<std::pair<OpId, TensorId>> weights;
     // Swap-outs leave in FIFO order: in producer order, a gradient's copy is done no earlier than
     // the copies issued before it.
-    std::vector<OpId> by_producer = host_ops_;
-    std::sort(by_producer.begin(), by_producer.end(), [&](OpId a, OpId b) {
-      return f_.producer[idx(g_.op(a).inputs[1])] < f_.producer[idx(g_.op(b).inputs[1])];
-    });
+    const std::vector<OpId> by_producer = by_gradient_order(f_, host_ops_);
     OpId done = 0;
     for (OpId u : by_producer) {
       const TensorId grad = g_.op(u).inputs[1];
@@ -901,15 +898,18 @@ class Planner {
 
 Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, const FerryTuning& tuning,
                                std::vector<PlanDecision>* decisions) {
-  std::optional<PlanAttempt> best;
-  std::unique_ptr<planner::Planner> winner;
-  double best_us = std::numeric_limits<double>::infinity();
+  // A variant's plan, the planner that made it (for the polish), its simulated time (infinity when
+  // it does not fit) and its host updates.
+  struct Variant {
+    std::optional<PlanAttempt> attempt;
+    std::unique_ptr<planner::Planner> planner;
+    double us = std::numeric_limits<double>::infinity();
+    std::vector<OpId> host_ops;
+  };
+  Variant best;
   // The fastest fitting plan with another set of host updates than the winner's: polished too,
   // since the polish can reorder close candidates.
-  std::optional<PlanAttempt> second;
-  std::unique_ptr<planner::Planner> second_winner;
-  double second_us = std::numeric_limits<double>::infinity();
-  std::optional<std::vector<OpId>> winner_set;  // the winner's host updates
+  Variant second;
   // Every link weight with all updates on the device, and (where the profile has a host optimizer
   // rate) with every update that can run there on the host: the simulator picks.
   // A third set runs on the host only the updates the host lane finishes behind the backward pass.
@@ -932,18 +932,14 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
       FERRY_ASSIGN_OR_RETURN(SimResult sim, simulate_for_planning(ctx, facts, a.schedule));
       us = sim.iteration_us;
     }
-    const bool better = !best || (a.fits && !best->fits) || (a.fits == best->fits && a.fits && us < best_us) ||
-                        (!a.fits && !best->fits && a.measure.device_bytes < best->measure.device_bytes);
+    const std::optional<PlanAttempt>& b = best.attempt;
+    const bool better = !b || (a.fits && !b->fits) || (a.fits && b->fits && us < best.us) ||
+                        (!a.fits && !b->fits && a.measure.device_bytes < b->measure.device_bytes);
     if (better) {
-      if (best && best->fits && winner_set && *winner_set != host_ops) {
-        second = std::move(best), second_us = best_us, second_winner = std::move(winner);
-      }
-      best = std::move(a);
-      best_us = us;
-      winner = std::move(p);
-      winner_set = host_ops;
-    } else if (a.fits && us < second_us && winner_set && *winner_set != host_ops) {
-      second = std::move(a), second_us = us, second_winner = std::move(p);
+      if (b && b->fits && best.host_ops != host_ops) second = std::move(best);
+      best = Variant{std::move(a), std::move(p), us, host_ops};
+    } else if (a.fits && us < second.us && best.host_ops != host_ops) {
+      second = Variant{std::move(a), std::move(p), us, host_ops};
     }
     return us;
   };
@@ -1005,25 +1001,31 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
       tried[k] = std::numeric_limits<double>::infinity();  // out of the next rounds
     }
   }
-  if (best->fits && ctx.budget_bytes != 0 && tuning.repair_rounds > 0) {
-    FERRY_ASSIGN_OR_RETURN(best, winner->polish(std::move(*best), tuning.repair_rounds, tuning.max_polish_simulations));
-    if (second) {
-      FERRY_ASSIGN_OR_RETURN(SimResult first_sim, simulate_for_planning(ctx, facts, best->schedule));
-      FERRY_ASSIGN_OR_RETURN(second, second_winner->polish(std::move(*second), tuning.repair_rounds,
-                                                             tuning.max_polish_simulations));
-      FERRY_ASSIGN_OR_RETURN(SimResult second_sim, simulate_for_planning(ctx, facts, second->schedule));
-      if (second->fits && second_sim.iteration_us < first_sim.iteration_us) {
-        best = std::move(second);
-        winner = std::move(second_winner);
-      }
+  if (best.attempt->fits && ctx.budget_bytes != 0 && tuning.repair_rounds > 0) {
+    auto polish = [&](Variant& v) -> Status {
+      FERRY_ASSIGN_OR_RETURN(v.attempt, v.planner->polish(std::move(*v.attempt), tuning.repair_rounds,
+                                                          tuning.max_polish_simulations));
+      return Status::Ok();
+    };
+    auto simulated_us = [&](const Variant& v) -> Result<double> {
+      FERRY_ASSIGN_OR_RETURN(SimResult sim, simulate_for_planning(ctx, facts, v.attempt->schedule));
+      return sim.iteration_us;
+    };
+    FERRY_RETURN_IF_ERROR(polish(best));
+    if (second.attempt) {
+      FERRY_ASSIGN_OR_RETURN(best.us, simulated_us(best));
+      FERRY_RETURN_IF_ERROR(polish(second));
+      FERRY_ASSIGN_OR_RETURN(second.us, simulated_us(second));
+      if (second.attempt->fits && second.us < best.us) best = std::move(second);
     }
   }
-  if (decisions != nullptr) *decisions = winner->explain();
+  PlanAttempt& plan = *best.attempt;
+  if (decisions != nullptr) *decisions = best.planner->explain();
   // The rounds placed with a shortcut (the first placement within the budget); report the
   // smallest, as every consumer of the schedule will place it.
-  FERRY_ASSIGN_OR_RETURN(best->measure, measure_schedule(facts, best->schedule));
-  best->fits = ctx.budget_bytes == 0 || best->measure.device_bytes <= ctx.budget_bytes;
-  return std::move(*best);
+  FERRY_ASSIGN_OR_RETURN(plan.measure, measure_schedule(facts, plan.schedule));
+  plan.fits = ctx.budget_bytes == 0 || plan.measure.device_bytes <= ctx.budget_bytes;
+  return std::move(plan);
 }
 
 }  // namespace ferry

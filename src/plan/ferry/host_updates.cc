@@ -6,6 +6,14 @@
 
 namespace ferry::planner {
 
+std::vector<OpId> by_gradient_order(const PlanFacts& f, std::vector<OpId> ops) {
+  const Graph& g = f.g();
+  std::sort(ops.begin(), ops.end(), [&](OpId a, OpId b) {
+    return f.producer[static_cast<size_t>(g.op(a).inputs[1])] < f.producer[static_cast<size_t>(g.op(b).inputs[1])];
+  });
+  return ops;
+}
+
 std::vector<OpId> host_ops_in_shadow(const PlanContext& ctx, const PlanFacts& f, const std::vector<OpId>& ops) {
   const Graph& g = f.g();
   std::vector<bool> host(g.ops.size(), false);
@@ -16,10 +24,7 @@ std::vector<OpId> host_ops_in_shadow(const PlanContext& ctx, const PlanFacts& f,
     if (!host[static_cast<size_t>(op.id)]) now += f.op_us[static_cast<size_t>(op.id)];
     end[static_cast<size_t>(op.id)] = now;
   }
-  std::vector<OpId> sorted = ops;
-  std::sort(sorted.begin(), sorted.end(), [&](OpId a, OpId b) {
-    return f.producer[static_cast<size_t>(g.op(a).inputs[1])] < f.producer[static_cast<size_t>(g.op(b).inputs[1])];
-  });
+  const std::vector<OpId> sorted = by_gradient_order(f, ops);
   std::vector<OpId> out;
   double lane = 0;
   for (OpId u : sorted) {
@@ -44,11 +49,7 @@ std::vector<OpId> host_split_order(const PlanContext& ctx, const PlanFacts& f, c
     if (!update[static_cast<size_t>(op.id)]) device_us += f.op_us[static_cast<size_t>(op.id)];
   for (OpId u : ops) host_us += ctx.cost.host_update_us(g, g.op(u)).value_or(0);
   if (ops.size() < 2 || host_us <= device_us) return {};
-  std::vector<OpId> sorted = ops;
-  std::sort(sorted.begin(), sorted.end(), [&](OpId a, OpId b) {
-    return f.producer[static_cast<size_t>(g.op(a).inputs[1])] < f.producer[static_cast<size_t>(g.op(b).inputs[1])];
-  });
-  return sorted;
+  return by_gradient_order(f, ops);
 }
 
 size_t balanced_host_split(const PlanContext& ctx, const PlanFacts& f, const std::vector<OpId>& order) {

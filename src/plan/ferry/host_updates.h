@@ -17,6 +17,9 @@ namespace ferry::planner {
 
 // The update ops a plan may run on the host: PlanFacts::host_updatable.
 
+// `ops` (update ops) in the order their gradients (each update's second input) are produced.
+std::vector<OpId> by_gradient_order(const PlanFacts& f, std::vector<OpId> ops);
+
 // The updates of `ops` that the host lane can finish behind the device's backward pass, in the
 // order their gradients are produced: each starts when its gradient has crossed the link (cost
 // model) and the previous one is done, and must end before the device's last op would. Where the
