@@ -54,13 +54,14 @@ class Completion {
     }
     const bool has_intent = !in_.before.empty();
     host_op_.assign(n, false);
-    updates_ = UpdateOps(g_);
     if (has_intent)
       for (const auto* lists : {&in_.before, &in_.after})
         for (const auto& list : *lists)
-          for (const Action& a : list)
-            if (a.kind == ActionKind::kHostUpdate)
-              if (OpId u = updates_.of(a.tensor); u != kNoOp) host_op_[static_cast<size_t>(u)] = true;
+          for (const Action& a : list) {
+            if (a.kind != ActionKind::kHostUpdate) continue;
+            if (updates_.empty()) updates_ = UpdateOps(g_);  // built only for schedules with host updates
+            if (OpId u = updates_.of(a.tensor); u != kNoOp) host_op_[static_cast<size_t>(u)] = true;
+          }
     for (OpId i = 0; i < static_cast<OpId>(n); ++i) {
       if (has_intent)
         for (const Action& a : in_.before[static_cast<size_t>(i)]) FERRY_RETURN_IF_ERROR(apply(i, a, out_.before[i]));
@@ -201,17 +202,17 @@ class Completion {
       for (OpId i = 0; i < static_cast<OpId>(g_.ops.size()); ++i)
         for (Part part : {kBefore, kAfter}) {
           std::vector<Action>& list = part == kBefore ? out_.before[i] : out_.after[i];
-          std::vector<Action> kept;
-          kept.reserve(list.size());
+          size_t kept = 0;  // filtered in place, keeping the relative order
           for (size_t k = 0; k < list.size(); ++k) {
-            // Deaths were computed with this pass's indices; removal keeps the relative order.
+            // Deaths were computed with this pass's indices (k, not kept).
             if (pos(i, part, k) > death[idx(list[k].tensor)]) {
               changed = true;
               continue;
             }
-            kept.push_back(list[k]);
+            if (kept != k) list[kept] = list[k];
+            ++kept;
           }
-          list = std::move(kept);
+          list.resize(kept);
         }
     }
   }

@@ -113,6 +113,7 @@ class UpdateOps {
     auto it = by_gradient_.find(gradient);
     return it == by_gradient_.end() ? kNoOp : it->second;
   }
+  bool empty() const { return by_gradient_.empty(); }
 
  private:
   std::unordered_map<TensorId, OpId> by_gradient_;
