@@ -897,12 +897,16 @@ void register_train(CLI::App& app, std::function<int()>& action) {
   cmd->add_flag("--compare", o->compare,
                 "Also train the same model without a budget or a plan first, in this process, and report the measured "
                 "slowdown, both peaks and whether the losses are bitwise identical (they must be; exit 1 if not). "
-                "`ferry train` with no options at all runs the built-in demo: --budget 33% --compare");
+                "`ferry train` with no options (or only --json, --no-progress) runs the built-in demo: --budget 33% "
+                "--compare");
   cmd->add_flag("--json", o->json, "Print the results as JSON (for scripts)");
   cmd->add_flag("--no-progress", o->no_progress, "No progress bar");
   cmd->callback([o, cmd, &action] {
+    // Options that only change how results are shown keep the demo (`ferry train --json`).
     const auto options = cmd->get_options();
-    o->demo = std::all_of(options.begin(), options.end(), [](const CLI::Option* opt) { return opt->count() == 0; });
+    o->demo = std::all_of(options.begin(), options.end(), [](const CLI::Option* opt) {
+      return opt->count() == 0 || opt->check_name("--json") || opt->check_name("--no-progress");
+    });
     action = [o] { return run_train(*o); };
   });
 }
