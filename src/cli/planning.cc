@@ -72,6 +72,9 @@ void add_policy_options(CLI::App* cmd, std::string& policy, PolicyOptions& optio
   cmd->add_option("--checkmate-max-nodes", options.checkmate_max_nodes,
                   "checkmate: CBC branch-and-bound node limit per solve, 0 = none (unlike time, deterministic)")
       ->capture_default_str();
+  cmd->add_flag_callback("--serial-planning", [&options] { options.parallel_portfolio = false; },
+                "ferry: make its own plans and its portfolio's seed plans one after another on one thread (default: "
+                "two workers where the process may use two cores; the plan is the same either way)");
 }
 
 void add_host_budget_option(CLI::App* cmd, std::string& host_budget) {

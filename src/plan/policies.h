@@ -50,6 +50,9 @@ struct PolicyOptions {
                                            // (0 = none); unlike time, it is deterministic
   size_t checkmate_max_ops = 400;          // checkmate: larger graphs are refused
   size_t checkmate_max_variables = 60000;  // checkmate: larger MILPs are refused
+  // ferry: make its own plans and its seed portfolio's on two workers (when the process may use two
+  // cores). The answer is the same either way: the plans are compared in one order.
+  bool parallel_portfolio = true;
 };
 
 // Everything a planner reads. `graph` carries the backend's tensor sizes (Tensor::bytes) and

@@ -221,6 +221,18 @@ TEST(Cli, PlanJsonTraceAndPlot) {
   std::filesystem::remove(svg);
 }
 
+// --serial-planning plans ferry's seed portfolio on one thread: the same plan, the same figures.
+TEST(Cli, PlanSerialPlanningGivesTheSamePlan) {
+  const std::string args = "plan --model gpt2-mini --batch 2 --device a100-40gb-pcie4 --budget 60% --json";
+  Output parallel = ferry(args);
+  Output serial = ferry(args + " --serial-planning");
+  ASSERT_EQ(parallel.code, 0) << parallel.out;
+  ASSERT_EQ(serial.code, 0) << serial.out;
+  auto a = nlohmann::json::parse(parallel.out), b = nlohmann::json::parse(serial.out);
+  for (const char* k : {"iteration_ms", "peak_bytes", "bytes_d2h", "bytes_h2d", "swap_outs", "recomputes", "lower_bound_ms"})
+    EXPECT_EQ(a[k], b[k]) << k;
+}
+
 TEST(Cli, PlanBadInputAndInfeasibleBudgets) {
   EXPECT_EQ(ferry("plan --model resnet-mini --batch 2 --device no-such-gpu").code, 2);
   const std::string bad = temp("bad_profile.json");

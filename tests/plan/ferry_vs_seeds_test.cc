@@ -72,6 +72,48 @@ INSTANTIATE_TEST_SUITE_P(SmallModels, FerryVsSeeds,
                          ::testing::Values("resnet-mini", "densenet-mini", "gpt2-mini"),
                          [](const auto& info) { return policy_test::param_name(info.param); });
 
+// The seed portfolio planned on a second thread (PolicyOptions::parallel_portfolio) gives the plan
+// the sequential portfolio gives. Cases where a seed's plan wins with the round cost model
+// (checkmate's, capuchin's, lru's), and one where ferry's own does.
+class FerryPortfolio : public SmallModelPlan {};
+
+TEST_P(FerryPortfolio, TheSecondThreadChangesNoPlan) {
+  PlanContext& ctx = *ctx_;
+  struct Case {
+    Tier tier;
+    double fraction;
+    const char* winner;  // the portfolio's winner, as its notes name it ("" for ferry's own)
+  };
+  std::vector<Case> cases;
+  if (GetParam() == "gpt2-mini") cases = {{Tier::kHost, 0.8, "checkmate"}, {Tier::kSsd, 0.5, ""}};
+  if (GetParam() == "densenet-mini") cases = {{Tier::kHost, 0.5, "lru"}};
+  if (GetParam() == "resnet-mini") cases = {{Tier::kSsd, 0.9, "capuchin"}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(fmt::format("{} at {:.0f}% on {}", GetParam(), 100 * c.fraction, to_string(c.tier)));
+    ctx.tier = c.tier;
+    ctx.budget_bytes = static_cast<uint64_t>(c.fraction * static_cast<double>(full_));
+    ctx.options.parallel_portfolio = false;
+    Result<PlanReport> sequential = plan_policy("ferry", ctx);
+    ctx.options.parallel_portfolio = true;
+    Result<PlanReport> parallel = plan_policy("ferry", ctx);
+    ASSERT_TRUE(sequential.ok()) << sequential.status().message();
+    ASSERT_TRUE(parallel.ok()) << parallel.status().message();
+    EXPECT_TRUE(sequential->schedule.same_actions(parallel->schedule));
+    EXPECT_EQ(sequential->device_bytes, parallel->device_bytes);
+    // Which plan won (checkmate's notes carry its solve time, which differs between runs).
+    const auto winner = [](const std::string& notes) -> std::string {
+      const std::string prefix = "the plan of seed policy ";
+      if (notes.rfind(prefix, 0) != 0) return "";
+      return notes.substr(prefix.size(), notes.find(" was faster") - prefix.size());
+    };
+    EXPECT_EQ(winner(sequential->notes), c.winner) << sequential->notes;
+    EXPECT_EQ(winner(parallel->notes), c.winner) << parallel->notes;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(SmallModels, FerryPortfolio, ::testing::Values("resnet-mini", "gpt2-mini", "densenet-mini"),
+                         [](const auto& info) { return policy_test::param_name(info.param); });
+
 class FerryMinBudget : public SmallModelPlan {};
 
 TEST_P(FerryMinBudget, FeasibilityIsMonotoneAboveTheMinimumBudget) {
