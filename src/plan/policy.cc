@@ -69,19 +69,22 @@ int usable_cores() {
 //
 // Where the machine has two cores (PolicyOptions::parallel_portfolio), two workers take the plans
 // one at a time from a queue, the longest first (ferry's own and capuchin: about 2 and 3 s of the
-// 6 s on a 10,000-op ResNet). Planners only read the context and the facts, LP and MILP solves run
-// in child processes (plan/contained.h), and the plans are compared in the fixed order below once
-// every one is done: the answer does not depend on which worker finished first.
+// 6 s on a 10,000-op ResNet). Planners only read the context and the facts, and the plans are
+// compared in the fixed order below once every one is done: the answer does not depend on which
+// worker finished first. A seed whose solver runs in a forked child (checkmate, plan/contained.h)
+// plans on this thread after the workers have joined: a child forked while another thread runs
+// may inherit a lock that no thread of its own will release (it did, under ASan: the child hung).
 Result<PlanAttempt> plan_ferry_default(const PlanContext& ctx, const PlanFacts& facts) {
   const bool portfolio = ctx.budget_bytes != 0 && !ctx.restricts_executor();
   struct Seed {
     const char* name;
     Planner plan;
+    bool forks = false;  // solves in a child process: plans alone
   };
   const Seed seeds[] = {{"vdnn-all", plan_vdnn_all}, {"vdnn-conv", plan_vdnn_conv},
                         {"lru", plan_lru},           {"lms", plan_lms},
                         {"capuchin", plan_capuchin}, {"checkpoint-sqrt", plan_checkpoint_sqrt},
-                        {"checkmate", plan_checkmate_in_portfolio}};
+                        {"checkmate", plan_checkmate_in_portfolio, true}};
   constexpr size_t kSeeds = std::size(seeds);
   // A seed's plan with its simulated time; left empty where the seed cannot plan the graph (such as
   // checkmate past its limits) or its plan does not fit.
@@ -91,13 +94,15 @@ Result<PlanAttempt> plan_ferry_default(const PlanContext& ctx, const PlanFacts& 
   };
   std::optional<Result<PlanAttempt>> own;
   std::array<SeedPlan, kSeeds> planned;
-  // Task 0 is ferry's own planner, task 1 + k seed k; taken the longest first.
-  std::vector<size_t> queue{0};
+  // Task 0 is ferry's own planner, task 1 + k seed k; the workers' queue, the longest first, and
+  // the seeds that plan alone afterwards.
+  std::vector<size_t> queue{0}, alone;
   for (std::string_view name : {"capuchin", "lru", "checkpoint-sqrt", "vdnn-conv", "vdnn-all", "lms", "checkmate"})
     for (size_t k = 0; k < kSeeds; ++k)
-      if (name == seeds[k].name) queue.push_back(1 + k);
-  FERRY_CHECK(queue.size() == kSeeds + 1, "the portfolio's queue misses a seed policy");
-  const size_t tasks = portfolio ? queue.size() : 1;
+      if (name == seeds[k].name) (seeds[k].forks ? alone : queue).push_back(1 + k);
+  FERRY_CHECK(queue.size() + alone.size() == kSeeds + 1, "the portfolio's queue misses a seed policy");
+  if (!portfolio) queue.resize(1), alone.clear();
+  const size_t tasks = queue.size();
   auto run_task = [&](size_t task) {
     if (task == 0) {
       own.emplace(plan_ferry(ctx, facts));
@@ -121,6 +126,7 @@ Result<PlanAttempt> plan_ferry_default(const PlanContext& ctx, const PlanFacts& 
   } else {
     worker();
   }
+  for (size_t task : alone) run_task(task);
   if (!own->ok()) return own->status();
   PlanAttempt best = std::move(**own);
   if (!portfolio) return best;
