@@ -21,6 +21,7 @@
 #include <cmath>
 #include <iterator>
 #include <limits>
+#include <numeric>
 #include <optional>
 #include <string_view>
 #include <thread>
@@ -79,12 +80,13 @@ Result<PlanAttempt> plan_ferry_default(const PlanContext& ctx, const PlanFacts& 
   struct Seed {
     const char* name;
     Planner plan;
+    int rank;            // place in the workers' queue: the longest-planning first
     bool forks = false;  // solves in a child process: plans alone
   };
-  const Seed seeds[] = {{"vdnn-all", plan_vdnn_all}, {"vdnn-conv", plan_vdnn_conv},
-                        {"lru", plan_lru},           {"lms", plan_lms},
-                        {"capuchin", plan_capuchin}, {"checkpoint-sqrt", plan_checkpoint_sqrt},
-                        {"checkmate", plan_checkmate_in_portfolio, true}};
+  const Seed seeds[] = {{"vdnn-all", plan_vdnn_all, 4},     {"vdnn-conv", plan_vdnn_conv, 3},
+                        {"lru", plan_lru, 1},               {"lms", plan_lms, 5},
+                        {"capuchin", plan_capuchin, 0},     {"checkpoint-sqrt", plan_checkpoint_sqrt, 2},
+                        {"checkmate", plan_checkmate_in_portfolio, 6, true}};
   constexpr size_t kSeeds = std::size(seeds);
   // A seed's plan with its simulated time; left empty where the seed cannot plan the graph (such as
   // checkmate past its limits) or its plan does not fit.
@@ -96,11 +98,11 @@ Result<PlanAttempt> plan_ferry_default(const PlanContext& ctx, const PlanFacts& 
   std::array<SeedPlan, kSeeds> planned;
   // Task 0 is ferry's own planner, task 1 + k seed k; the workers' queue, the longest first, and
   // the seeds that plan alone afterwards.
+  std::array<size_t, kSeeds> by_rank;
+  std::iota(by_rank.begin(), by_rank.end(), size_t{0});
+  std::sort(by_rank.begin(), by_rank.end(), [&](size_t a, size_t b) { return seeds[a].rank < seeds[b].rank; });
   std::vector<size_t> queue{0}, alone;
-  for (std::string_view name : {"capuchin", "lru", "checkpoint-sqrt", "vdnn-conv", "vdnn-all", "lms", "checkmate"})
-    for (size_t k = 0; k < kSeeds; ++k)
-      if (name == seeds[k].name) (seeds[k].forks ? alone : queue).push_back(1 + k);
-  FERRY_CHECK(queue.size() + alone.size() == kSeeds + 1, "the portfolio's queue misses a seed policy");
+  for (size_t k : by_rank) (seeds[k].forks ? alone : queue).push_back(1 + k);
   if (!portfolio) queue.resize(1), alone.clear();
   const size_t tasks = queue.size();
   auto run_task = [&](size_t task) {
