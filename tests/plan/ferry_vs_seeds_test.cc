@@ -74,7 +74,8 @@ INSTANTIATE_TEST_SUITE_P(SmallModels, FerryVsSeeds,
 
 // The seed portfolio planned on a second thread (PolicyOptions::parallel_portfolio) gives the plan
 // the sequential portfolio gives. Cases where a seed's plan wins with the round cost model
-// (checkmate's, capuchin's, lru's), and one where ferry's own does.
+// (checkmate's, capuchin's), one where ferry's own does, and one where only its tight variants fit
+// (densenet-mini at 50%: lru's plan won there before they existed).
 class FerryPortfolio : public SmallModelPlan {};
 
 TEST_P(FerryPortfolio, TheSecondThreadChangesNoPlan) {
@@ -86,7 +87,7 @@ TEST_P(FerryPortfolio, TheSecondThreadChangesNoPlan) {
   };
   std::vector<Case> cases;
   if (GetParam() == "gpt2-mini") cases = {{Tier::kHost, 0.8, "checkmate"}, {Tier::kSsd, 0.5, ""}};
-  if (GetParam() == "densenet-mini") cases = {{Tier::kHost, 0.5, "lru"}};
+  if (GetParam() == "densenet-mini") cases = {{Tier::kHost, 0.5, ""}};
   if (GetParam() == "resnet-mini") cases = {{Tier::kSsd, 0.9, "capuchin"}};
   for (const Case& c : cases) {
     SCOPED_TRACE(fmt::format("{} at {:.0f}% on {}", GetParam(), 100 * c.fraction, to_string(c.tier)));

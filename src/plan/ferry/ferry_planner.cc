@@ -111,10 +111,13 @@ class Planner {
   // `count_interference`: a swap's score includes what its copies add to the ops beside them
   // (CostModel::interference_us); without, hidden copies are free (what a GPU's DMA engines make
   // them).
+  // `tight`: the fallback where no plan fitted (plan_ferry): a forced swap may issue the tensor's
+  // swap-out earlier than its booking (forced_option). `recompute`: false plans swaps only.
   Planner(const PlanContext& ctx, const PlanFacts& facts, double link_weight, std::vector<OpId> host_ops = {},
-          bool count_interference = true)
+          bool count_interference = true, bool tight = false, bool recompute = true)
       : ctx_(ctx), f_(facts), g_(facts.g()), n_(g_.ops.size()), link_weight_(link_weight),
-        count_interference_(count_interference), host_ops_(std::move(host_ops)) {}
+        count_interference_(count_interference), tight_(tight), recompute_(recompute),
+        host_ops_(std::move(host_ops)) {}
 
   Result<PlanAttempt> run(std::vector<PlanDecision>* decisions) {
     if (ctx_.budget_bytes == 0) return finish_attempt(ctx_, f_, empty_schedule(ctx_, "ferry"));
@@ -337,7 +340,7 @@ class Planner {
     // A swap-in either runs beside the kernels (slowing them by its interference) or stalls them.
     if (swaps_allowed())
       score = (link_weight_ * in_us(gap.tensor) + std::min(in_us(gap.tensor), in_interference_us(gap.tensor))) / b;
-    if (!gap.cyclic && s.recomputable) score = std::min(score, s.chain_us / b);
+    if (!gap.cyclic && s.recomputable && recompute_) score = std::min(score, s.chain_us / b);
     return {score, bytes_of(gap.tensor)};
   }
 
@@ -437,7 +440,7 @@ class Planner {
     Option o;
     o.move = Move::kRecompute;
     const TensorState& s = ts_[idx(gap.tensor)];
-    if (!s.recomputable || gap.cyclic || g_.tensor(gap.tensor).persistent()) return o;
+    if (!recompute_ || !s.recomputable || gap.cyclic || g_.tensor(gap.tensor).persistent()) return o;
     const OpId end = end_of(gap);
     // Its sources must be on the device when it runs (they are pinned there once it is decided).
     for (TensorId u : s.sources)
@@ -492,13 +495,16 @@ class Planner {
     const TensorState& s = ts_[idx(t)];
     const bool persistent = g_.tensor(t).persistent();
     const OpId end = end_of(gap);
+    // Tight: a transient's swap-out is issued at the gap's start at the latest (apply() moves it
+    // up: a link saturated by earlier copies books it late, which would keep the tensor on the
+    // device), and waited for. Otherwise, and for an offload, not before it is issued.
+    const bool early = tight_ && !persistent && s.has_copy && s.out_after > gap.from;
     double stall_us = in_us(t);
     if (persistent ? (gap.cyclic && written(t)) : !s.has_copy) stall_us += out_us(t);
-    else if (gap.move() == Move::kSwap && gap.decided.release_after > gap.from && gap.decided.out.ok)
-      stall_us += out_us(t);  // its own swap-out was not done by then
-    // Not before its swap-out is issued (where its booking starts).
+    else if (early || (gap.move() == Move::kSwap && gap.decided.release_after > gap.from && gap.decided.out.ok))
+      stall_us += out_us(t);  // its swap-out is not done by then
     const bool owns_out = !persistent || gap.cyclic;
-    const OpId release = s.has_copy && owns_out ? std::max(gap.from, s.out_after) : gap.from;
+    const OpId release = s.has_copy && owns_out && !early ? std::max(gap.from, s.out_after) : gap.from;
     o.release_after = release;
     o.fetch_before = end;
     if (gap.cyclic) {
@@ -642,6 +648,9 @@ class Planner {
       }
       if (o.in.ok) in_book().commit(o.in);
       ++s.swapped_gaps;
+      // A forced release before the copy was to be issued issues it there (tight forced_option).
+      if (tight_ && s.has_copy && !persistent && s.out_after != kNoOp && o.release_after < s.out_after)
+        s.out_after = o.release_after;
       if (!s.has_copy) {
         s.has_copy = true;
         // Issued where its booking starts, so the link's FIFO order is the booking's order (an
@@ -849,9 +858,10 @@ class Planner {
       if (g.move() == Move::kSwap && !g_.tensor(g.tensor).persistent()) ++swaps;
       if (g.move() == Move::kSwap && g.cyclic) ++offloaded;
     }
-    return fmt::format("link weight {}: {} gaps swapped, {} recomputed, {} persistent tensors offloaded, {} updates on "
+    return fmt::format("link weight {}{}: {} gaps swapped, {} recomputed, {} persistent tensors offloaded, {} updates on "
                        "the host; link {:.0f}% booked",
-                       link_weight_, swaps, recomputes, offloaded, host_ops_.size(), 100 * out_link_->utilisation());
+                       link_weight_, !tight_ ? "" : recompute_ ? " (tight)" : " (tight, swaps only)", swaps, recomputes,
+                       offloaded, host_ops_.size(), 100 * out_link_->utilisation());
   }
 
   std::vector<PlanDecision> explain() const {
@@ -878,6 +888,8 @@ class Planner {
   const size_t n_;
   const double link_weight_;
   const bool count_interference_;
+  const bool tight_;
+  const bool recompute_;
   const std::vector<OpId> host_ops_;
   std::vector<bool> host_operand_;  // per tensor: a persistent operand of a host update
   std::vector<OpId> host_at_;  // per tensor: a host update's weight: swap-in step; gradient: release step
@@ -924,8 +936,9 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
   }
   // Plans one variant and keeps it when it beats the best so far; returns its simulated time
   // (infinity when it does not fit).
-  auto consider = [&](double weight, const std::vector<OpId>& host_ops, bool count_interference) -> Result<double> {
-    auto p = std::make_unique<planner::Planner>(ctx, facts, weight, host_ops, count_interference);
+  auto consider = [&](double weight, const std::vector<OpId>& host_ops, bool count_interference, bool tight = false,
+                      bool recompute = true) -> Result<double> {
+    auto p = std::make_unique<planner::Planner>(ctx, facts, weight, host_ops, count_interference, tight, recompute);
     FERRY_ASSIGN_OR_RETURN(PlanAttempt a, p->run(nullptr));
     double us = std::numeric_limits<double>::infinity();
     if (a.fits) {
@@ -1001,6 +1014,17 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
       tried[k] = std::numeric_limits<double>::infinity();  // out of the next rounds
     }
   }
+  // Nothing fitted: tight variants, every weight and host set. Near the largest working set of
+  // one op, a swap-out that a saturated link books late keeps its tensor on the device where it
+  // must already be gone (tight: issue it earlier and wait), and a recompute's sources, on the
+  // device where it runs beside its reader's working set, can be what does not fit (the greedy
+  // never takes a recompute back): also swaps only. Only here, so that no budget at which the
+  // main variants fit gets another plan.
+  if (!best.attempt->fits && ctx.budget_bytes != 0 && !ctx.recompute_only)
+    for (bool recompute : {true, false})
+      for (const std::vector<OpId>& set : host_sets)
+        for (double weight : tuning.link_weights)
+          FERRY_RETURN_IF_ERROR(consider(weight, set, true, /*tight=*/true, recompute).status());
   if (best.attempt->fits && ctx.budget_bytes != 0 && tuning.repair_rounds > 0) {
     auto polish = [&](Variant& v) -> Status {
       FERRY_ASSIGN_OR_RETURN(v.attempt, v.planner->polish(std::move(*v.attempt), tuning.repair_rounds,
