@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <regex>
 
 #include <fmt/format.h>
 
@@ -253,8 +254,9 @@ TEST(HostUpdatesPlanned, KeepPlanRewrittenTrainsBitwise) {
 
 // Ferry's plans at its smallest budget on a GPU profile (host updates and offloads allowed), where
 // only its tight variants fit (plan/ferry/ferry_planner.cc: swap-outs issued before a saturated
-// link's booking and waited for, or swaps only): trained on the CPU backend within that budget,
-// bitwise the losses, weights and optimizer state of training without a plan.
+// link's booking and waited for, weights offloaded to leave between their reads, or swaps only):
+// trained on the CPU backend within that budget, bitwise the losses, weights and optimizer state
+// of training without a plan.
 TEST(TightPlans, AtTheSmallestBudgetTrainBitwise) {
   for (const char* name : {"resnet-mini", "gpt2-mini"}) {
     const Graph g = model(name);
@@ -264,7 +266,7 @@ TEST(TightPlans, AtTheSmallestBudgetTrainBitwise) {
     const CostModel cost(load_profile("a100-40gb-pcie4").value());
     Result<Outcome> reference = train(g, nullptr);
     ASSERT_TRUE(reference.ok()) << reference.status().message();
-    int tight = 0;
+    int tight = 0, inner = 0;  // tight plans; those that offloaded weights to free their inner gaps
     for (Tier tier : {Tier::kHost, Tier::kSsd}) {
       SCOPED_TRACE(fmt::format("{} on {}", name, to_string(tier)));
       PlanContext ctx{.graph = sized, .cost = cost, .tier = tier, .op_scratch_bytes = compiled->all_scratch_bytes()};
@@ -274,6 +276,10 @@ TEST(TightPlans, AtTheSmallestBudgetTrainBitwise) {
       Result<PlanReport> plan = plan_policy("ferry", ctx);
       ASSERT_TRUE(plan.ok()) << plan.status().message();
       if (plan->notes.find("(tight") != std::string::npos) ++tight;
+      std::smatch m;
+      if (std::regex_search(plan->notes, m, std::regex(R"(([0-9]+) offloaded for their inner gaps)")) &&
+          std::stoul(m[1].str()) > 0)
+        ++inner;
       Result<Outcome> run = train(g, &plan->schedule, false, *min);
       ASSERT_TRUE(run.ok()) << run.status().message();
       expect_same_training(*run, *reference);
@@ -281,6 +287,7 @@ TEST(TightPlans, AtTheSmallestBudgetTrainBitwise) {
       EXPECT_GT(run->swapped_in, 0u);
     }
     EXPECT_GE(tight, 1) << "no tight plan at the smallest budget: the case proves nothing new";
+    EXPECT_GE(inner, 1) << "no tight plan offloaded a weight to free its inner gaps";
   }
 }
 

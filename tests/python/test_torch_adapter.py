@@ -100,8 +100,11 @@ def test_recompute_replays_ops_bitwise(name, tmp_path):
     model = case.build(0)
     optimizer = case.optimizer(model)
     trainer = ft.Budget(model, optimizer, budget="1TiB", device=slow_link_profile(tmp_path), measure=True)
+    # Two thirds of the way up from the smallest budget: near the smallest, the transformer's measured
+    # peak was seen up to 33 KB (1.4%) above the plan's prediction (an open defect of the adapter's
+    # memory model, issue 13's note of 2026-11-27), which the budget's slack must not have to absorb.
     losses = ferry_steps(model, optimizer, batches, case.loss_fn, trainer,
-                         lambda lim: lim["min_budget_bytes"] + (lim["unlimited_bytes"] - lim["min_budget_bytes"]) // 2)
+                         lambda lim: lim["unlimited_bytes"] - (lim["unlimited_bytes"] - lim["min_budget_bytes"]) // 3)
     report = trainer.report()
     assert "diverged" not in [e["event"] for e in report["events"]], report
     assert report["plan"]["recomputed_tensors"] > 0, report

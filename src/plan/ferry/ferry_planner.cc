@@ -66,6 +66,7 @@ struct Option {
   LinkBook::Booking out, in;
   double link_us = 0;
   double in_interference_us = 0;  // the part of cost_us the swap-in adds beside the kernels
+  int offload_gap = -1;  // tight: a persistent tensor's cyclic gap, offloaded first (evaluate)
   bool covers(int64_t s) const { return (lo1 <= s && s <= hi1) || (lo2 <= s && s <= hi2); }
   int32_t steps_away() const {
     return static_cast<int32_t>(std::max<int64_t>(0, hi1 - lo1 + 1) + std::max<int64_t>(0, hi2 - lo2 + 1));
@@ -298,7 +299,8 @@ class Planner {
         if (!gap.cyclic) add_gap(gap.tensor, gap.from, gap.to, false, true);
         continue;
       }
-      add_gap(gap.tensor, gap.from, gap.to, gap.cyclic, gap.cyclic || !g_.tensor(gap.tensor).persistent());
+      // Tight: a persistent tensor's inner gaps too, reached by offloading it first (evaluate).
+      add_gap(gap.tensor, gap.from, gap.to, gap.cyclic, gap.cyclic || !g_.tensor(gap.tensor).persistent() || tight_);
     }
   }
 
@@ -542,9 +544,32 @@ class Planner {
       return best;
     }
     if (gap.move() == Move::kRecompute) return best;
+    if (!gap.cyclic && g_.tensor(gap.tensor).persistent() && !ts_[idx(gap.tensor)].has_copy &&
+        !host_operand_[idx(gap.tensor)]) {
+      // Tight: an inner gap of a persistent tensor that still lives on the device (a host update's
+      // operand lives in the host tier already), reached by offloading it (its cyclic gap, forced)
+      // and then taking this gap away (forced too).
+      if (tight_) consider(offload_then_away(gap));
+      return best;
+    }
     if (swaps_allowed()) consider(swap_option(gap, s));
     consider(recompute_option(gap));
     return best;
+  }
+
+  Option offload_then_away(const Gap& gap) const {
+    if (!swaps_allowed() || host_operand_[idx(gap.tensor)]) return {};
+    for (int c : ts_[idx(gap.tensor)].gaps) {
+      const Gap& cyclic = gaps_[static_cast<size_t>(c)];
+      if (!cyclic.cyclic || cyclic.move() != Move::kKeep) continue;
+      const Option offload = forced_option(cyclic);
+      Option o = forced_option(gap);
+      if (!offload.ok || !o.ok) return {};
+      o.cost_us += offload.cost_us;
+      o.offload_gap = c;
+      return o;
+    }
+    return {};
   }
 
   // ---- greedy ----
@@ -627,6 +652,15 @@ class Planner {
   }
 
   void apply(int id, const Option& chosen) {
+    if (chosen.offload_gap >= 0) {  // tight: offload the tensor first, then take this gap away
+      ++inner_offloads_;
+      apply(chosen.offload_gap, forced_option(gaps_[static_cast<size_t>(chosen.offload_gap)]));
+      Option away = chosen;
+      away.offload_gap = -1;
+      away.cost_us -= gaps_[static_cast<size_t>(chosen.offload_gap)].decided.cost_us;
+      apply(id, away);
+      return;
+    }
     Gap& gap = gaps_[static_cast<size_t>(id)];
     TensorState& s = ts_[idx(gap.tensor)];
     const int64_t b = static_cast<int64_t>(bytes_of(gap.tensor));
@@ -858,10 +892,12 @@ class Planner {
       if (g.move() == Move::kSwap && !g_.tensor(g.tensor).persistent()) ++swaps;
       if (g.move() == Move::kSwap && g.cyclic) ++offloaded;
     }
+    const std::string tight = !tight_ ? ""
+                              : fmt::format(" (tight{}, {} offloaded for their inner gaps)",
+                                            recompute_ ? "" : ", swaps only", inner_offloads_);
     return fmt::format("link weight {}{}: {} gaps swapped, {} recomputed, {} persistent tensors offloaded, {} updates on "
                        "the host; link {:.0f}% booked",
-                       link_weight_, !tight_ ? "" : recompute_ ? " (tight)" : " (tight, swaps only)", swaps, recomputes,
-                       offloaded, host_ops_.size(), 100 * out_link_->utilisation());
+                       link_weight_, tight, swaps, recomputes, offloaded, host_ops_.size(), 100 * out_link_->utilisation());
   }
 
   std::vector<PlanDecision> explain() const {
@@ -903,6 +939,7 @@ class Planner {
   std::vector<Gap> gaps_;
   std::vector<size_t> exact_stamp_;  // per gap: decided_ + 1 when its key is exact for this state
   size_t decided_ = 0;
+  size_t inner_offloads_ = 0;  // tight: persistent tensors offloaded to take an inner gap away
 };
 
 }  // namespace
