@@ -103,7 +103,10 @@ Result<PlanAttempt> plan_ferry_default(const PlanContext& ctx, const PlanFacts& 
   std::sort(by_rank.begin(), by_rank.end(), [&](size_t a, size_t b) { return seeds[a].rank < seeds[b].rank; });
   std::vector<size_t> queue{0}, alone;
   for (size_t k : by_rank) (seeds[k].forks ? alone : queue).push_back(1 + k);
-  if (!portfolio) queue.resize(1), alone.clear();
+  if (!portfolio) {
+    queue.resize(1);
+    alone.clear();
+  }
   const size_t tasks = queue.size();
   auto run_task = [&](size_t task) {
     if (task == 0) {

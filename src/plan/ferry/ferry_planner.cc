@@ -557,8 +557,9 @@ class Planner {
     return best;
   }
 
+  // (evaluate's case above: a persistent tensor, not offloaded, not a host update's operand.)
   Option offload_then_away(const Gap& gap) const {
-    if (!swaps_allowed() || host_operand_[idx(gap.tensor)]) return {};
+    if (!swaps_allowed()) return {};
     for (int c : ts_[idx(gap.tensor)].gaps) {
       const Gap& cyclic = gaps_[static_cast<size_t>(c)];
       if (!cyclic.cyclic || cyclic.move() != Move::kKeep) continue;
