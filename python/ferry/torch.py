@@ -129,18 +129,21 @@ class _Executor(TorchDispatchMode):
         self.producer = {tid: producers[tid] for _, _, kind, tid, _ in plan["actions"] if kind == "recompute"}
         self.capture_at = set(self.producer.values())
         self.captured = {}
-        self.replays_left = {}  # producer -> recompute actions that will still run it
+        # producer -> the tensors it still has to recompute this step: its captured arguments are
+        # released when none is left (a replay fills only the targets due at that moment: Ferry's
+        # program allocates a target from its recompute on, so filling a later one early would
+        # hold bytes the plan counts free)
+        self.pending = {}
         self.replays = 0        # ops run again this step
-        for _, _, kind, tid, _ in plan["actions"]:
-            if kind == "recompute":
-                p = self.producer[tid]
-                self.replays_left[p] = self.replays_left.get(p, 0) + 1
+        for tid, p in self.producer.items():
+            self.pending.setdefault(p, set()).add(tid)
         self.current = {}
         self.op_index = 0
         self.pack_index = 0
         self.diverged = None  # why the step left the recording, or None
         self._quiet = 0       # > 0 while the adapter runs its own ops (not the model's)
         self.finished = False
+        self.leftovers = []   # after finish(): what the step still held for the plan (see finish)
         self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
 
     def __enter__(self):
@@ -158,6 +161,7 @@ class _Executor(TorchDispatchMode):
 
     # -- plan actions ---------------------------------------------------------------------------
     def _run(self, actions):
+        due = {tid for kind, tid in actions if kind == "recompute"}
         for kind, tid in actions:
             slot = self.slots[tid]
             if kind == "swap_out":
@@ -179,9 +183,10 @@ class _Executor(TorchDispatchMode):
                 if slot.loads == 0 and slot.held is None:
                     self._swap_in(slot)
             elif kind == "recompute":
-                # As with swap-ins, the unpack for op i may have recomputed it already.
+                # As with swap-ins, the unpack for op i may have recomputed it already, or the
+                # replay for another tensor of the same moment and producer.
                 if slot.loads == 0 and slot.held is None:
-                    self._recompute(slot)
+                    self._recompute(slot, due)
             else:
                 raise _Divergence(f"the adapter cannot run a '{kind}' action")
 
@@ -190,14 +195,18 @@ class _Executor(TorchDispatchMode):
         slot.buffer = torch.empty(slot.nbytes, dtype=torch.uint8)
         slot.in_ticket = self.engine.swap_in(slot.tid, slot.buffer.data_ptr(), slot.nbytes)
 
-    def _recompute(self, slot):
-        """Runs the producer of slot's tensor again on the arguments captured in forward."""
+    def _recompute(self, slot, due=()):
+        """Runs the producer of slot's tensor again on the arguments captured in forward; keeps its
+        outputs that are slot's tensor or in `due` (recomputes planned at the same moment) and still
+        pending; the producer's other outputs are dropped when the replay returns."""
         p = self.producer.get(slot.tid)
         entry = self.captured.get(p) if p is not None else None
         if entry is None:
             raise _Divergence(f"the plan recomputes tensor {slot.tid}, whose producer did not run as recorded")
-        self.replays_left[p] -= 1
-        last = self.replays_left[p] <= 0
+        pending = self.pending[p]
+        keep = {tid for tid in pending if tid == slot.tid or tid in due}
+        pending -= keep
+        last = not pending
         if last:
             del self.captured[p]  # the arguments it held may go
         func, spec, leaves = entry
@@ -213,8 +222,8 @@ class _Executor(TorchDispatchMode):
         outs = tree_flatten(call_op(func, args, kwargs))[0]
         self.replays += 1
         for k, tid in self.rec.op_new_outputs[p]:
-            target = self.slots.get(tid)
-            if target is not None and target.tid in self.producer and target.held is None:
+            target = self.slots.get(tid) if tid in keep else None
+            if target is not None and target.held is None:
                 if storage_key(outs[k])[1] != target.nbytes:
                     raise _Divergence(f"recomputed tensor {tid} has another size than recorded")
                 target.recomputed = outs[k].detach()
@@ -364,6 +373,11 @@ class _Executor(TorchDispatchMode):
         if self.diverged is None:
             self._act(self.after.get(self.op_index - 1, ()))
         self.finished = True
+        # What the step still holds for the plan: a followed plan leaves nothing (a tensor held here
+        # past its planned release or last read is memory the plan counted free).
+        self.leftovers = [f"tensor {slot.tid}" for slot in self.slots.values()
+                          if slot.held is not None or slot.buffer is not None or slot.recomputed is not None]
+        self.leftovers += [f"the arguments of op {p}" for p in self.captured]
         self.engine.drain()
         for slot in self.slots.values():
             self.engine.discard(slot.tid)
@@ -506,6 +520,9 @@ class Budget:
         finally:
             why = executor.finish()
             self._replays += executor.replays
+        if why is None and executor.leftovers:
+            # An adapter defect, not the user's: the step followed the plan and still held these.
+            self._events.append({"step": self._steps, "event": "held_past_plan", "what": executor.leftovers})
         self._end_step(why)
 
     def set_budget(self, budget):

@@ -65,7 +65,8 @@ def test_bitwise_identical_and_within_budget(name, tier, tmp_path):
 
     losses = ferry_steps(model, optimizer, batches, case.loss_fn, trainer, budget_of)
     report = trainer.report()
-    assert [e["event"] for e in report["events"] if e["event"] in ("diverged", "recorded")] == ["recorded"], report
+    assert [e["event"] for e in report["events"] if e["event"] in ("diverged", "recorded", "held_past_plan")] \
+        == ["recorded"], report
     assert report["plan"]["moved_tensors"] > 0, report
     assert report["transfers"]["swap_outs"] >= report["plan"]["swapped_tensors"], report
     assert report["transfers"]["bytes_in"] == report["transfers"]["bytes_out"], report
@@ -100,18 +101,18 @@ def test_recompute_replays_ops_bitwise(name, tmp_path):
     model = case.build(0)
     optimizer = case.optimizer(model)
     trainer = ft.Budget(model, optimizer, budget="1TiB", device=slow_link_profile(tmp_path), measure=True)
-    # Two thirds of the way up from the smallest budget: near the smallest, the transformer's measured
-    # peak was seen up to 33 KB (1.4%) above the plan's prediction (an open defect of the adapter's
-    # memory model, issue 13's note of 2026-11-27), which the budget's slack must not have to absorb.
     losses = ferry_steps(model, optimizer, batches, case.loss_fn, trainer,
-                         lambda lim: lim["unlimited_bytes"] - (lim["unlimited_bytes"] - lim["min_budget_bytes"]) // 3)
+                         lambda lim: lim["min_budget_bytes"] + (lim["unlimited_bytes"] - lim["min_budget_bytes"]) // 2)
     report = trainer.report()
-    assert "diverged" not in [e["event"] for e in report["events"]], report
+    events = [e["event"] for e in report["events"]]
+    assert "diverged" not in events and "held_past_plan" not in events, report
     assert report["plan"]["recomputed_tensors"] > 0, report
     assert report["replayed_ops"] >= STEPS - 1, report
     for e in report["events"]:
         if e["event"] == "measured" and e["step"] > 1:
-            assert e["measured_peak_bytes"] <= trainer.budget_bytes, report
+            # Not only the budget: the plan's own prediction. The adapter once kept a multi-output
+            # producer's captured arguments (and its later targets) past the plan, up to 33 KB over.
+            assert e["measured_peak_bytes"] <= report["plan"]["device_bytes"] <= trainer.budget_bytes, report
     assert all(torch.equal(a, b) for a, b in zip(losses, ref_losses))
     assert_bitwise_equal(model, reference)
 
