@@ -115,10 +115,10 @@ class Planner {
   // `tight`: the fallback where no plan fitted (plan_ferry): a forced swap may issue the tensor's
   // swap-out earlier than its booking (forced_option). `recompute`: false plans swaps only.
   Planner(const PlanContext& ctx, const PlanFacts& facts, double link_weight, std::vector<OpId> host_ops = {},
-          bool count_interference = true, bool tight = false, bool recompute = true)
+          bool count_interference = true, bool tight = false, bool recompute = true, bool host_inner_gaps = true)
       : ctx_(ctx), f_(facts), g_(facts.g()), n_(g_.ops.size()), link_weight_(link_weight),
         count_interference_(count_interference), tight_(tight), recompute_(recompute),
-        host_ops_(std::move(host_ops)) {}
+        host_inner_gaps_(host_inner_gaps), host_ops_(std::move(host_ops)) {}
 
   Result<PlanAttempt> run(std::vector<PlanDecision>* decisions) {
     if (ctx_.budget_bytes == 0) return finish_attempt(ctx_, f_, empty_schedule(ctx_, "ferry"));
@@ -293,10 +293,10 @@ class Planner {
   // only reachable after it was offloaded, so only its cyclic gap enters the candidate index.
   void make_gaps() {
     for (const GapSpec& gap : find_gaps(f_, acc_, swaps_allowed())) {
-      // A host update's operands live in the host tier already: their inner gaps are open, their
-      // cyclic gap is not a choice.
+      // A host update's operands live in the host tier already: their inner gaps are open (unless
+      // this variant keeps them on the device between their reads), their cyclic gap is not a choice.
       if (host_operand_[idx(gap.tensor)]) {
-        if (!gap.cyclic) add_gap(gap.tensor, gap.from, gap.to, false, true);
+        if (!gap.cyclic) add_gap(gap.tensor, gap.from, gap.to, false, host_inner_gaps_);
         continue;
       }
       // Tight: a persistent tensor's inner gaps too, reached by offloading it first (evaluate).
@@ -893,9 +893,10 @@ class Planner {
       if (g.move() == Move::kSwap && !g_.tensor(g.tensor).persistent()) ++swaps;
       if (g.move() == Move::kSwap && g.cyclic) ++offloaded;
     }
-    const std::string tight = !tight_ ? ""
-                              : fmt::format(" (tight{}, {} offloaded for their inner gaps)",
-                                            recompute_ ? "" : ", swaps only", inner_offloads_);
+    std::string tight = !tight_ ? ""
+                        : fmt::format(" (tight{}, {} offloaded for their inner gaps)", recompute_ ? "" : ", swaps only",
+                                      inner_offloads_);
+    if (!host_inner_gaps_) tight += " (host updates' weights stay between their reads)";
     return fmt::format("link weight {}{}: {} gaps swapped, {} recomputed, {} persistent tensors offloaded, {} updates on "
                        "the host; link {:.0f}% booked",
                        link_weight_, tight, swaps, recomputes, offloaded, host_ops_.size(), 100 * out_link_->utilisation());
@@ -927,6 +928,7 @@ class Planner {
   const bool count_interference_;
   const bool tight_;
   const bool recompute_;
+  const bool host_inner_gaps_;  // a host update's operands may leave between their reads (inner gaps)
   const std::vector<OpId> host_ops_;
   std::vector<bool> host_operand_;  // per tensor: a persistent operand of a host update
   std::vector<OpId> host_at_;  // per tensor: a host update's weight: swap-in step; gradient: release step
@@ -960,6 +962,10 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
   // The fastest fitting plan with another set of host updates than the winner's: polished too,
   // since the polish can reorder close candidates.
   Variant second;
+  // The fastest fitting plan that keeps the host updates' weights on the device between their
+  // reads (host_inner_variants): apart from best and second, so that those come out as without
+  // these variants; polished too, and taken only when it is faster after its polish.
+  Variant kept_weights;
   // Every link weight with all updates on the device, and (where the profile has a host optimizer
   // rate) with every update that can run there on the host: the simulator picks.
   // A third set runs on the host only the updates the host lane finishes behind the backward pass.
@@ -975,13 +981,18 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
   // Plans one variant and keeps it when it beats the best so far; returns its simulated time
   // (infinity when it does not fit).
   auto consider = [&](double weight, const std::vector<OpId>& host_ops, bool count_interference, bool tight = false,
-                      bool recompute = true) -> Result<double> {
-    auto p = std::make_unique<planner::Planner>(ctx, facts, weight, host_ops, count_interference, tight, recompute);
+                      bool recompute = true, bool host_inner_gaps = true) -> Result<double> {
+    auto p = std::make_unique<planner::Planner>(ctx, facts, weight, host_ops, count_interference, tight, recompute,
+                                                host_inner_gaps);
     FERRY_ASSIGN_OR_RETURN(PlanAttempt a, p->run(nullptr));
     double us = std::numeric_limits<double>::infinity();
     if (a.fits) {
       FERRY_ASSIGN_OR_RETURN(SimResult sim, simulate_for_planning(ctx, facts, a.schedule));
       us = sim.iteration_us;
+    }
+    if (!host_inner_gaps) {
+      if (a.fits && us < kept_weights.us) kept_weights = Variant{std::move(a), std::move(p), us, host_ops};
+      return us;
     }
     const std::optional<PlanAttempt>& b = best.attempt;
     const bool better = !b || (a.fits && !b->fits) || (a.fits && b->fits && us < best.us) ||
@@ -1006,6 +1017,17 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
       }
     if (ctx.budget_bytes == 0) break;
   }
+  // With updates on the host, their weights' gaps between a forward and a backward read are taken
+  // by the greedy like any other gap; on a link the activations need, the weights' round trips can
+  // cost more than they free (ResNet-152 at 33%, V100 profile: 150.7 ms with them, 144.6 without;
+  // at other cells less than they free, and a variant ahead before the polish can be behind after
+  // it): each host set once more with those weights kept on the device between their reads,
+  // compared with the rest only after both are polished.
+  if (ctx.budget_bytes != 0 && tuning.host_inner_variants)
+    for (const std::vector<OpId>& set : host_sets)
+      if (!set.empty())
+        for (double weight : tuning.link_weights)
+          FERRY_RETURN_IF_ERROR(consider(weight, set, true, false, true, /*host_inner_gaps=*/false).status());
   // Host/link splits (host_split_order): the first k updates on the host, the rest on the device.
   // How much of the device's state must cross the link depends on the budget, so k is searched:
   // the cost model's balance (balanced_host_split) and a tenth of the updates either side with
@@ -1063,16 +1085,17 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
       for (const std::vector<OpId>& set : host_sets)
         for (double weight : tuning.link_weights)
           FERRY_RETURN_IF_ERROR(consider(weight, set, true, /*tight=*/true, recompute).status());
-  if (best.attempt->fits && ctx.budget_bytes != 0 && tuning.repair_rounds > 0) {
-    auto polish = [&](Variant& v) -> Status {
-      FERRY_ASSIGN_OR_RETURN(v.attempt, v.planner->polish(std::move(*v.attempt), tuning.repair_rounds,
-                                                          tuning.max_polish_simulations));
-      return Status::Ok();
-    };
-    auto simulated_us = [&](const Variant& v) -> Result<double> {
-      FERRY_ASSIGN_OR_RETURN(SimResult sim, simulate_for_planning(ctx, facts, v.attempt->schedule));
-      return sim.iteration_us;
-    };
+  auto polish = [&](Variant& v) -> Status {
+    FERRY_ASSIGN_OR_RETURN(v.attempt, v.planner->polish(std::move(*v.attempt), tuning.repair_rounds,
+                                                        tuning.max_polish_simulations));
+    return Status::Ok();
+  };
+  auto simulated_us = [&](const Variant& v) -> Result<double> {
+    FERRY_ASSIGN_OR_RETURN(SimResult sim, simulate_for_planning(ctx, facts, v.attempt->schedule));
+    return sim.iteration_us;
+  };
+  const bool polishing = ctx.budget_bytes != 0 && tuning.repair_rounds > 0;
+  if (best.attempt->fits && polishing) {
     FERRY_RETURN_IF_ERROR(polish(best));
     if (second.attempt) {
       FERRY_ASSIGN_OR_RETURN(best.us, simulated_us(best));
@@ -1080,6 +1103,16 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
       FERRY_ASSIGN_OR_RETURN(second.us, simulated_us(second));
       if (second.attempt->fits && second.us < best.us) best = std::move(second);
     }
+  }
+  if (kept_weights.attempt) {
+    if (polishing) {
+      FERRY_RETURN_IF_ERROR(polish(kept_weights));
+      FERRY_ASSIGN_OR_RETURN(kept_weights.us, simulated_us(kept_weights));
+    }
+    if (best.attempt->fits) {
+      FERRY_ASSIGN_OR_RETURN(best.us, simulated_us(best));
+    }
+    if (kept_weights.attempt->fits && (!best.attempt->fits || kept_weights.us < best.us)) best = std::move(kept_weights);
   }
   PlanAttempt& plan = *best.attempt;
   if (decisions != nullptr) *decisions = best.planner->explain();

@@ -34,6 +34,9 @@ struct FerryTuning {
   // Also plan with the optimizer updates on the host (ZeRO-Offload, plan/ferry/host_updates.h) where
   // the profile has a host optimizer rate, and keep whichever simulates faster.
   bool host_updates = true;
+  // Also plan every host set with the host updates' weights kept on the device between their
+  // forward and backward reads (their inner gaps not offered), and keep whichever simulates faster.
+  bool host_inner_variants = true;
 };
 
 // Plans ctx with the Ferry planner. Returns the best attempt (which may not fit: the registry
