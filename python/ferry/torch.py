@@ -197,14 +197,15 @@ class _Executor(TorchDispatchMode):
 
     def _recompute(self, slot, due=()):
         """Runs the producer of slot's tensor again on the arguments captured in forward; keeps its
-        outputs that are slot's tensor or in `due` (recomputes planned at the same moment) and still
-        pending; the producer's other outputs are dropped when the replay returns."""
+        outputs that are slot's tensor or in `due` (recomputes planned at the same moment), still
+        pending and not held; the producer's other outputs are dropped when the replay returns."""
         p = self.producer.get(slot.tid)
         entry = self.captured.get(p) if p is not None else None
         if entry is None:
             raise _Divergence(f"the plan recomputes tensor {slot.tid}, whose producer did not run as recorded")
         pending = self.pending[p]
-        keep = {tid for tid in pending if tid == slot.tid or tid in due}
+        # (a target still held is not due: it stays pending, and its own recompute replays again)
+        keep = {tid for tid in pending if (tid == slot.tid or tid in due) and self.slots[tid].held is None}
         pending -= keep
         last = not pending
         if last:
@@ -222,8 +223,8 @@ class _Executor(TorchDispatchMode):
         outs = tree_flatten(call_op(func, args, kwargs))[0]
         self.replays += 1
         for k, tid in self.rec.op_new_outputs[p]:
-            target = self.slots.get(tid) if tid in keep else None
-            if target is not None and target.held is None:
+            if tid in keep:
+                target = self.slots[tid]
                 if storage_key(outs[k])[1] != target.nbytes:
                     raise _Divergence(f"recomputed tensor {tid} has another size than recorded")
                 target.recomputed = outs[k].detach()
