@@ -120,6 +120,24 @@ def test_recompute_replays_ops_bitwise(name, tmp_path):
     assert_bitwise_equal(model, reference)
 
 
+def test_held_past_plan_is_reported(tmp_path, monkeypatch):
+    """The check behind 'held_past_plan' can fail: an executor that never lets a saved tensor's
+    bytes go after its last read is reported, naming what it held."""
+    case = CASES["quirky"]
+    batches = case.batches(3)
+    model = case.build(0)
+    optimizer = case.optimizer(model)
+    trainer = ft.Budget(model, optimizer, budget="1TiB", device=slow_link_profile(tmp_path))
+    monkeypatch.setattr(ft._Executor, "_consumed", lambda self, slot: None)
+    ferry_steps(model, optimizer, batches, case.loss_fn, trainer,
+                lambda lim: lim["min_budget_bytes"] + (lim["unlimited_bytes"] - lim["min_budget_bytes"]) // 2)
+    report = trainer.report()
+    assert report["plan"]["moved_tensors"] > 0, report
+    held = [e for e in report["events"] if e["event"] == "held_past_plan"]
+    assert len(held) == 2 and all(e["what"] for e in held), report  # both planned steps
+    assert all(w.startswith(("tensor ", "the arguments of op ")) for e in held for w in e["what"]), held
+
+
 def test_comparison_can_fail():
     """The bitwise check notices a one-ulp change in one weight."""
     case = CASES["quirky"]
