@@ -159,8 +159,9 @@ TEST(TierCascade, BringsTheHostTierWithinItsBudgetAndChangesOnlyTiers) {
     for (const auto& steps : {s.before, s.after})
       for (const auto& actions : steps)
         for (const Action& a : actions)
-          if (a.kind == ActionKind::kSwapOut || a.kind == ActionKind::kSwapIn)
+          if (a.kind == ActionKind::kSwapOut || a.kind == ActionKind::kSwapIn) {
             EXPECT_EQ(a.tier == Tier::kSsd, moved.contains(a.tensor)) << p.graph.tensor(a.tensor).name;
+          }
     // The device side is the plan's own: same placement, same arena.
     Result<Program> lowered = lower_schedule(p.graph, s, ProgramOptions{.op_scratch_bytes = p.scratch});
     ASSERT_TRUE(lowered.ok());
