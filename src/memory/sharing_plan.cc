@@ -312,7 +312,8 @@ MemoryPlan place_buffers(const std::vector<Buffer>& buffers, uint64_t alignment,
   return place_in_sequence(buffers, alignment, visiting_order(buffers, order));
 }
 
-MemoryPlan plan_memory_sharing(const std::vector<Buffer>& buffers, uint64_t alignment, uint64_t good_enough_bytes) {
+MemoryPlan plan_memory_sharing(const std::vector<Buffer>& buffers, uint64_t alignment, uint64_t good_enough_bytes,
+                               bool refine) {
   const uint64_t bound = std::max(aligned_live_lower_bound(buffers, alignment), good_enough_bytes);
   std::array<MemoryPlan, kDefaultPlacementOrders.size()> plans;
   size_t best = 0;
@@ -321,7 +322,7 @@ MemoryPlan plan_memory_sharing(const std::vector<Buffer>& buffers, uint64_t alig
     if (plans[k].arena_bytes < plans[best].arena_bytes) best = k;
     if (plans[best].arena_bytes <= bound) return plans[best];  // optimal: nothing can do better
   }
-  if (plans[best].arena_bytes - bound <= bound / kGoodEnoughDivisor) return plans[best];
+  if (!refine || plans[best].arena_bytes - bound <= bound / kGoodEnoughDivisor) return plans[best];
 
   // See Note [Promoting the buffer on top].
   MemoryPlan refined = plans[best];

@@ -61,8 +61,11 @@ MemoryPlan place_buffers(const std::vector<Buffer>& buffers, uint64_t alignment,
 // plan can beat, or `good_enough_bytes` (a caller asking only whether the buffers fit in that
 // much: planners probing a budget). The full search never returns a larger arena than the early
 // answer, so "fits" stays true for whoever places the same buffers without the shortcut.
+// Without `refine`, only the orders are tried (no Note [Promoting the buffer on top] rounds): a
+// larger arena at times, for a fraction of the time (a caller that may reject what does not fit
+// at once, such as a planner's polish trying many small changes).
 MemoryPlan plan_memory_sharing(const std::vector<Buffer>& buffers, uint64_t alignment,
-                               uint64_t good_enough_bytes = 0);
+                               uint64_t good_enough_bytes = 0, bool refine = true);
 
 // Max over steps of the summed sizes, each rounded up to `alignment`, of the buffers live at that
 // step. With aligned offsets no arena can be smaller (two aligned buffers cannot share a padding

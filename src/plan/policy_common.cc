@@ -472,7 +472,8 @@ void set_live_peak(PlanMeasure& m) {
 
 }  // namespace
 
-Result<PlanMeasure> measure_schedule(const PlanFacts& facts, const Schedule& s, bool place, uint64_t good_enough_bytes) {
+Result<PlanMeasure> measure_schedule(const PlanFacts& facts, const Schedule& s, bool place, uint64_t good_enough_bytes,
+                                     bool refine) {
   Result<Program> program = lower_schedule_for_valid_graph(facts.g(), s, facts.program_options);
   if (!program.ok()) return Status::Internal(program.status().message());
   PlanMeasure m;
@@ -480,7 +481,7 @@ Result<PlanMeasure> measure_schedule(const PlanFacts& facts, const Schedule& s, 
   set_live_peak(m);
   if (place) {
     FERRY_ASSIGN_OR_RETURN(ProgramPlacement placement,
-                           place_program(facts.g(), *program, facts.alignment, good_enough_bytes));
+                           place_program(facts.g(), *program, facts.alignment, good_enough_bytes, refine));
     m.device_bytes = placement.arena_bytes;
   } else {
     m.device_bytes = m.live_peak_bytes;

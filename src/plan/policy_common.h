@@ -120,9 +120,11 @@ void subtract_away(const PlanFacts& facts, PlanMeasure& m, TensorId t, OpId firs
 
 // Lowers `s` and places it (unless !place: live bytes only). With `good_enough_bytes` (a budget)
 // device_bytes is the first placement found within it, not necessarily the smallest: enough to
-// say "fits". Errors: lower_schedule's (a policy bug: the message names the rule).
+// say "fits"; without `refine`, the placement tries its orders only (plan_memory_sharing): a
+// larger device_bytes at times, never a smaller one. Errors: lower_schedule's (a policy bug: the
+// message names the rule).
 Result<PlanMeasure> measure_schedule(const PlanFacts& facts, const Schedule& s, bool place = true,
-                                     uint64_t good_enough_bytes = 0);
+                                     uint64_t good_enough_bytes = 0, bool refine = true);
 
 // Makes a policy's intent legal (see the design note); an on-demand fetch swaps in from the
 // tier holding the copy (host first), or recomputes when there is none. Errors: Internal when

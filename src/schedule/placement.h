@@ -41,10 +41,10 @@ struct ProgramPlacement {
 };
 
 // Places every block of `p`. With `good_enough_bytes` the search for the smallest arena stops at
-// the first placement within it (plan_memory_sharing). Errors: a program that frees what it did
-// not allocate (Internal).
+// the first placement within it; without `refine` it tries the orders only (plan_memory_sharing).
+// Errors: a program that frees what it did not allocate (Internal).
 Result<ProgramPlacement> place_program(const Graph& g, const Program& p, uint64_t alignment,
-                                       uint64_t good_enough_bytes = 0);
+                                       uint64_t good_enough_bytes = 0, bool refine = true);
 
 // The most bytes `p` holds at once, in program order (every kAlloc that opens a block and every
 // kAllocScratch adds its bytes rounded up to `alignment`, every kFree/kRelease/kFreeScratch of a

@@ -144,6 +144,12 @@ TEST(SharingPlan, RandomBufferSetsGiveValidPlansNoSmallerThanTheBound) {
     EXPECT_LE(chosen.arena_bytes, best) << "trial " << trial;
     EXPECT_GE(chosen.arena_bytes, bound) << "trial " << trial;
     refined += chosen.arena_bytes < best ? 1 : 0;
+    // Without refinement: the smallest default order exactly (a valid plan, never below the
+    // refined one).
+    const MemoryPlan quick = plan_memory_sharing(bufs, alignment, 0, /*refine=*/false);
+    ASSERT_TRUE(check_memory_plan(bufs, quick).ok()) << "trial " << trial;
+    EXPECT_EQ(quick.arena_bytes, best) << "trial " << trial;
+    EXPECT_GE(quick.arena_bytes, chosen.arena_bytes) << "trial " << trial;
     total_arena += chosen.arena_bytes;
     total_bound += bound;
   }

@@ -167,7 +167,9 @@ class Planner {
   // (internal: the class lives in an anonymous namespace; polish() and explain() are used by plan_ferry)
   static constexpr int kMaxRounds = 24;
   static constexpr size_t kPolishTensorsPerRound = 8;
+  static constexpr size_t kPolishRecomputesPerRound = 32;
   double best_us_ = 0;
+  int polish_tries_ = 0, polish_simulated_ = 0;  // over every polish of this planner (notes)
   size_t idx(TensorId t) const { return static_cast<size_t>(t); }
   uint64_t bytes_of(TensorId t) const { return f_.aligned_bytes(t); }
   bool swaps_allowed() const { return !ctx_.recompute_only; }
@@ -688,14 +690,7 @@ class Planner {
         s.out_after = o.release_after;
       if (!s.has_copy) {
         s.has_copy = true;
-        // Issued where its booking starts, so the link's FIFO order is the booking's order (an
-        // earlier issue would queue it ahead of transfers booked before it).
-        const OpId written = persistent ? gap.from : f_.producer[idx(gap.tensor)];
-        s.out_after = written;
-        if (o.out.ok && !o.out.parts.empty()) {
-          const OpId start = static_cast<OpId>(o.out.parts.front().first) - 1;
-          if (start > written) s.out_after = start;
-        }
+        s.out_after = out_issue(gap, o);
         if (persistent)  // offloaded: its inner gaps may leave too
           for (int inner : s.gaps)
             if (inner != id) reindex(inner, static_key(inner));
@@ -712,6 +707,18 @@ class Planner {
     gap.decided = std::move(o);
     add_away(gap.decided, -b);
     reindex(id, upgrade_key(id));
+  }
+
+  // After which step the swap-out of gap's tensor is issued when `o` (a swap) makes its copy:
+  // where its booking starts, so the link's FIFO order is the booking's order (an earlier issue
+  // would queue it ahead of transfers booked before it), and not before the tensor is written.
+  OpId out_issue(const Gap& gap, const Option& o) const {
+    const OpId written = g_.tensor(gap.tensor).persistent() ? gap.from : f_.producer[idx(gap.tensor)];
+    if (o.out.ok && !o.out.parts.empty()) {
+      const OpId start = static_cast<OpId>(o.out.parts.front().first) - 1;
+      if (start > written) return start;
+    }
+    return written;
   }
 
   // A lower bound of what changing a decided swap costs per byte (a recompute may cost less
@@ -782,54 +789,124 @@ class Planner {
     return s;
   }
 
-  // Polish with the simulator as the judge: the tensors whose swap-ins stall the most get, one
-  // by one, their alternatives (fetched earlier, recomputed, kept), and a change is kept when the
-  // plan still fits and the simulated iteration gets faster. Bounded by `max_evaluations`.
-  Result<PlanAttempt> polish(PlanAttempt best, int rounds, int max_evaluations) {
+  // Polish with the simulator as the judge: a change is kept when the plan still fits and the
+  // simulated iteration gets faster. Two kinds, each bounded by `max_evaluations` tries:
+  // - kStalls: the tensors whose swap-ins stall the most get, one by one, their alternatives
+  //   (fetched earlier, recomputed, kept).
+  // - kRecomputes: the recomputed gaps that cost the most per byte get kept (where the peak they
+  //   were taken for has come down since) or swapped (where the links, as the greedy left them
+  //   booked, hide the copies). The greedy chose them at a peak where nothing cheaper was left; on
+  //   ResNet-152 at a third of its peak (A100 profile) those are its bottlenecks' first 1x1
+  //   convolutions, 18 us per MiB recomputed against about 3 for its other recomputes. A gap tried
+  //   without success is not tried again, and a change whose placement does not fit at once is
+  //   rejected without the placement's promotion rounds (most changes that simulate faster here
+  //   hold memory longer, and promoting buffers for each was most of the planning time). Then
+  //   the host updates' weights that stall get their swap-ins issued earlier. plan_ferry runs
+  //   this kind on its winner only, after the kStalls polish of every candidate, so the plans it
+  //   compares are those of before.
+  enum class Polish { kStalls, kRecomputes };
+  Result<PlanAttempt> polish(PlanAttempt best, int rounds, int max_evaluations, Polish kind) {
     FERRY_ASSIGN_OR_RETURN(SimResult sim, simulate(best.schedule));
     double best_us = sim.iteration_us;
-    int evaluations = 0;
-    for (int round = 0; round < rounds && evaluations < max_evaluations; ++round) {
-      std::vector<std::pair<double, TensorId>> stalled;
-      for (size_t t = 0; t < sim.swap_in_wait_us.size(); ++t)
-        if (sim.swap_in_wait_us[t] > 0.5) stalled.emplace_back(sim.swap_in_wait_us[t], static_cast<TensorId>(t));
-      std::sort(stalled.begin(), stalled.end(), std::greater<>());
-      if (stalled.size() > kPolishTensorsPerRound) stalled.resize(kPolishTensorsPerRound);
+    int budget = max_evaluations;
+    // Tries the alternatives of gap `id` (of tensor t) one by one, while the budget lasts; keeps
+    // the first that fits and simulates faster. Returns whether one was kept.
+    auto try_alternatives = [&](int id, TensorId t, const std::vector<Option>& alts, bool refine) -> Result<bool> {
+      // Everything this may change: the gap, and for an offload its tensor's inner gaps (a
+      // tensor that stays on the device between iterations never leaves it).
+      std::vector<std::pair<int, Option>> kept;
+      for (int other : ts_[idx(t)].gaps) kept.emplace_back(other, gaps_[static_cast<size_t>(other)].decided);
+      const bool had_copy = ts_[idx(t)].has_copy;
+      const OpId out_after = ts_[idx(t)].out_after;
+      for (const Option& alt : alts) {
+        if (budget <= 0) break;
+        --budget;
+        ++polish_tries_;
+        // A swap of a tensor without a copy issues its swap-out where this option booked it.
+        if (alt.move == Move::kSwap && !had_copy) ts_[idx(t)].out_after = out_issue(gaps_[static_cast<size_t>(id)], alt);
+        gaps_[static_cast<size_t>(id)].decided = alt;
+        if (gaps_[static_cast<size_t>(id)].cyclic && alt.move != Move::kSwap)
+          for (int other : ts_[idx(t)].gaps) gaps_[static_cast<size_t>(other)].decided = Option{};
+        refresh_copies();
+        FERRY_ASSIGN_OR_RETURN(std::optional<PlanAttempt> plan, try_plan(best_us, refine));
+        if (plan) {
+          best = std::move(*plan);
+          best_us = best_us_;
+          return true;
+        }
+        for (auto& [other, d] : kept) gaps_[static_cast<size_t>(other)].decided = d;
+        ts_[idx(t)].out_after = out_after;
+        refresh_copies();
+      }
+      return false;
+    };
+    std::vector<bool> rejected(gaps_.size(), false);  // kRecomputes: tried, nothing kept
+    for (int round = 0; round < rounds && budget > 0; ++round) {
       bool improved = false;
-      for (auto [wait, t] : stalled) {
-        for (int id : ts_[idx(t)].gaps) {
-          if (gaps_[static_cast<size_t>(id)].move() != Move::kSwap) continue;
-          // Everything this may change: the gap, and for an offload its tensor's inner gaps (a
-          // tensor that stays on the device between iterations never leaves it).
-          std::vector<std::pair<int, Option>> kept;
-          for (int other : ts_[idx(t)].gaps) kept.emplace_back(other, gaps_[static_cast<size_t>(other)].decided);
-          auto restore = [&] {
-            for (auto& [other, d] : kept) gaps_[static_cast<size_t>(other)].decided = d;
-            refresh_copies();
-          };
-          for (const Option& alt : alternatives(id)) {
-            if (evaluations >= max_evaluations) break;
-            ++evaluations;
-            gaps_[static_cast<size_t>(id)].decided = alt;
-            if (gaps_[static_cast<size_t>(id)].cyclic && alt.move != Move::kSwap)
-              for (int other : ts_[idx(t)].gaps) gaps_[static_cast<size_t>(other)].decided = Option{};
-            refresh_copies();
-            Result<std::optional<PlanAttempt>> tried = try_plan(best_us);
-            if (!tried.ok()) return tried.status();
-            if (*tried) {
-              best = std::move(**tried);
-              best_us = best_us_;
-              improved = true;
-              break;
+      if (kind == Polish::kStalls) {
+        std::vector<std::pair<double, TensorId>> stalled;
+        for (size_t t = 0; t < sim.swap_in_wait_us.size(); ++t)
+          if (sim.swap_in_wait_us[t] > 0.5) stalled.emplace_back(sim.swap_in_wait_us[t], static_cast<TensorId>(t));
+        std::sort(stalled.begin(), stalled.end(), std::greater<>());
+        if (stalled.size() > kPolishTensorsPerRound) stalled.resize(kPolishTensorsPerRound);
+        for (auto [wait, t] : stalled)
+          for (int id : ts_[idx(t)].gaps)
+            if (gaps_[static_cast<size_t>(id)].move() == Move::kSwap) {
+              FERRY_ASSIGN_OR_RETURN(bool kept, try_alternatives(id, t, alternatives(id), true));
+              improved = improved || kept;
             }
-            restore();
+        if (!improved) break;
+        FERRY_ASSIGN_OR_RETURN(sim, simulate(best.schedule));
+        continue;
+      }
+      std::vector<std::pair<double, int>> costly;  // recompute time per byte, gap
+      for (size_t id = 0; id < gaps_.size(); ++id) {
+        const Gap& gap = gaps_[id];
+        if (gap.move() == Move::kRecompute && !rejected[id])
+          costly.emplace_back(gap.decided.cost_us / static_cast<double>(std::max<uint64_t>(bytes_of(gap.tensor), 1)),
+                              static_cast<int>(id));
+      }
+      std::sort(costly.begin(), costly.end(), std::greater<>());
+      if (costly.size() > kPolishRecomputesPerRound) costly.resize(kPolishRecomputesPerRound);
+      for (auto [per_byte, id] : costly) {
+        const Gap& gap = gaps_[static_cast<size_t>(id)];
+        if (gap.move() != Move::kRecompute) continue;
+        std::vector<Option> alts{Option{}};
+        if (swaps_allowed())
+          if (Option swap = swap_option(gap, (static_cast<int64_t>(gap.from) + end_of(gap)) / 2); swap.ok)
+            alts.push_back(std::move(swap));
+        FERRY_ASSIGN_OR_RETURN(bool kept, try_alternatives(id, gap.tensor, alts, false));
+        improved = improved || kept;
+        rejected[static_cast<size_t>(id)] = !kept;
+      }
+      // The host updates' weights that stall, longest wait first: each comes back where
+      // book_host_traffic() booked its copy; issued 1, 2, 4, ... steps earlier instead.
+      FERRY_ASSIGN_OR_RETURN(sim, simulate(best.schedule));
+      std::vector<std::pair<double, TensorId>> late;
+      for (size_t t = 0; t < sim.swap_in_wait_us.size() && !host_at_.empty(); ++t)
+        if (sim.swap_in_wait_us[t] > 0.5 && g_.tensor(static_cast<TensorId>(t)).persistent() && host_at_[t] > 0)
+          late.emplace_back(sim.swap_in_wait_us[t], static_cast<TensorId>(t));
+      std::sort(late.begin(), late.end(), std::greater<>());
+      if (late.size() > kPolishTensorsPerRound) late.resize(kPolishTensorsPerRound);
+      for (auto [wait, t] : late) {
+        const OpId was = host_at_[idx(t)];
+        for (int64_t k = 1; k <= 64 && was - k >= 0 && budget > 0; k *= 2) {
+          --budget;
+          ++polish_tries_;
+          host_at_[idx(t)] = static_cast<OpId>(was - k);
+          FERRY_ASSIGN_OR_RETURN(std::optional<PlanAttempt> plan, try_plan(best_us, false));
+          if (plan) {
+            best = std::move(*plan);
+            best_us = best_us_;
+            improved = true;
+            break;
           }
+          host_at_[idx(t)] = was;
         }
       }
       if (!improved) break;
-      FERRY_ASSIGN_OR_RETURN(sim, simulate(best.schedule));
     }
-    best.notes = summary() + fmt::format("; polished with {} simulations", evaluations);
+    best.notes = summary() + fmt::format("; polished with {} tries, {} simulated", polish_tries_, polish_simulated_);
     return best;
   }
 
@@ -870,14 +947,17 @@ class Planner {
   }
 
   // The plan of the current decisions if it fits and simulates faster than `than_us`.
-  Result<std::optional<PlanAttempt>> try_plan(double than_us) {
+  // `refine`: the placement may promote buffers to fit (plan_memory_sharing); without, a plan
+  // that does not fit at once is rejected.
+  Result<std::optional<PlanAttempt>> try_plan(double than_us, bool refine) {
     PlanAttempt a;
     FERRY_ASSIGN_OR_RETURN(a.schedule, complete_schedule(f_, intent()));
     FERRY_ASSIGN_OR_RETURN(a.measure, measure_schedule(f_, a.schedule, /*place=*/false));
     if (a.measure.live_peak_bytes > ctx_.budget_bytes) return std::optional<PlanAttempt>();
+    ++polish_simulated_;
     FERRY_ASSIGN_OR_RETURN(SimResult sim, simulate(a.schedule));
     if (sim.iteration_us >= than_us * (1 - 1e-6)) return std::optional<PlanAttempt>();
-    FERRY_ASSIGN_OR_RETURN(a.measure, measure_schedule(f_, a.schedule, /*place=*/true, ctx_.budget_bytes));
+    FERRY_ASSIGN_OR_RETURN(a.measure, measure_schedule(f_, a.schedule, /*place=*/true, ctx_.budget_bytes, refine));
     a.fits = a.measure.device_bytes <= ctx_.budget_bytes;
     if (!a.fits) return std::optional<PlanAttempt>();
     best_us_ = sim.iteration_us;
@@ -1085,9 +1165,17 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
       for (const std::vector<OpId>& set : host_sets)
         for (double weight : tuning.link_weights)
           FERRY_RETURN_IF_ERROR(consider(weight, set, true, /*tight=*/true, recompute).status());
-  auto polish = [&](Variant& v) -> Status {
-    FERRY_ASSIGN_OR_RETURN(v.attempt, v.planner->polish(std::move(*v.attempt), tuning.repair_rounds,
-                                                        tuning.max_polish_simulations));
+  using Polish = planner::Planner::Polish;
+  auto polish = [&](Variant& v, Polish kind = Polish::kStalls) -> Status {
+    // Each try lowers (and mostly simulates) the whole iteration: the winner's polish gets its
+    // full budget up to 2,000 ops and proportionally fewer tries above (at least 16).
+    const int64_t ops = static_cast<int64_t>(facts.g().ops.size());
+    const int tries = kind == Polish::kStalls ? tuning.max_polish_simulations
+                      : ops <= 2000 ? tuning.max_recompute_polish_tries
+                                    : static_cast<int>(std::max<int64_t>(
+                                          std::min<int64_t>(16, tuning.max_recompute_polish_tries),
+                                          tuning.max_recompute_polish_tries * int64_t{2000} / ops));
+    FERRY_ASSIGN_OR_RETURN(v.attempt, v.planner->polish(std::move(*v.attempt), tuning.repair_rounds, tries, kind));
     return Status::Ok();
   };
   auto simulated_us = [&](const Variant& v) -> Result<double> {
@@ -1114,6 +1202,9 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
     }
     if (kept_weights.attempt->fits && (!best.attempt->fits || kept_weights.us < best.us)) best = std::move(kept_weights);
   }
+  // The costly recomputes of the winner only (each candidate polished so would triple its time).
+  if (best.attempt->fits && polishing && tuning.max_recompute_polish_tries > 0)
+    FERRY_RETURN_IF_ERROR(polish(best, Polish::kRecomputes));
   PlanAttempt& plan = *best.attempt;
   if (decisions != nullptr) *decisions = best.planner->explain();
   // The rounds placed with a shortcut (the first placement within the budget); report the

@@ -30,7 +30,11 @@ struct FerryTuning {
   // link can hide, larger values keep the link for what cannot be recomputed cheaply.
   std::vector<double> link_weights = {0.0, 1.0, 4.0};
   int repair_rounds = 6;           // polish rounds: stalled swaps fetched earlier, recomputed or kept
-  int max_polish_simulations = 96; // simulations the polish may spend
+  int max_polish_simulations = 96; // tries each polish may spend (plans lowered, simulated when they fit)
+  // Then the winner's costliest recomputes, kept or swapped instead, and its late host-update
+  // weights (Planner::polish), in at most this many tries (0: not at all); on graphs over 2,000
+  // ops proportionally fewer (at least 16), as each try lowers and simulates the whole graph.
+  int max_recompute_polish_tries = 192;
   // Also plan with the optimizer updates on the host (ZeRO-Offload, plan/ferry/host_updates.h) where
   // the profile has a host optimizer rate, and keep whichever simulates faster.
   bool host_updates = true;
