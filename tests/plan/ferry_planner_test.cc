@@ -343,6 +343,28 @@ TEST(FerryPlanner, RecomputePolishIsNeverSlowerAndWinsACell) {
   EXPECT_GT(won, 0u) << "the recompute polish won no cell: the comparison above proved nothing";
 }
 
+// The second polish swaps a recomputed gap only where the tensor can make its copy: ResNet-50
+// (batch 2, A100 profile) at 15% of its peak recomputes maxpool's output in two gaps; swapping the
+// second booked its copy while the first had it away, and the plan failed with an internal error
+// (a swap-out of a tensor not on the device) instead of fitting.
+TEST(FerryPlanner, RecomputePolishSwapsOnlyWhatIsOnTheDevice) {
+  ModelConfig c;
+  c.batch = 2;
+  const Graph g = build_model("resnet50", c).value();
+  const CostModel cost(load_profile("a100-40gb-pcie4").value());
+  PlanContext ctx{.graph = g, .cost = cost};
+  const uint64_t full = policy_test::must_plan("none", ctx).device_bytes;
+  for (double fraction : {0.15, 0.1}) {
+    SCOPED_TRACE(fraction);
+    ctx.budget_bytes = static_cast<uint64_t>(fraction * static_cast<double>(full));
+    Result<PlanFacts> f = make_plan_facts(ctx);
+    ASSERT_TRUE(f.ok());
+    Result<PlanAttempt> a = plan_ferry(ctx, *f);
+    ASSERT_TRUE(a.ok()) << a.status().message();
+    EXPECT_TRUE(a->fits);
+  }
+}
+
 // Recomputation only of what the executor can replay: with no op replayable nothing is recomputed,
 // even where recomputing is all that fits (recompute-only tier).
 TEST(FerryPlanner, ReplayableOpsBoundRecomputation) {

@@ -709,6 +709,19 @@ class Planner {
     reindex(id, upgrade_key(id));
   }
 
+  // Whether a swap of `gap` can make its tensor's copy: it has one, or it stays on the device
+  // from its production to the gap (no earlier gap of it is away; swap_option books a missing
+  // swap-out from the production on).
+  bool on_device_until(const Gap& gap) const {
+    const TensorState& s = ts_[idx(gap.tensor)];
+    if (s.has_copy) return true;
+    for (int other : s.gaps) {
+      const Gap& o = gaps_[static_cast<size_t>(other)];
+      if (o.from < gap.from && o.move() != Move::kKeep) return false;
+    }
+    return true;
+  }
+
   // After which step the swap-out of gap's tensor is issued when `o` (a swap) makes its copy:
   // where its booking starts, so the link's FIFO order is the booking's order (an earlier issue
   // would queue it ahead of transfers booked before it), and not before the tensor is written.
@@ -872,7 +885,7 @@ class Planner {
         const Gap& gap = gaps_[static_cast<size_t>(id)];
         if (gap.move() != Move::kRecompute) continue;
         std::vector<Option> alts{Option{}};
-        if (swaps_allowed())
+        if (swaps_allowed() && on_device_until(gap))
           if (Option swap = swap_option(gap, (static_cast<int64_t>(gap.from) + end_of(gap)) / 2); swap.ok)
             alts.push_back(std::move(swap));
         FERRY_ASSIGN_OR_RETURN(bool kept, try_alternatives(id, gap.tensor, alts, false));
