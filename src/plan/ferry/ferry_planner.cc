@@ -307,7 +307,11 @@ class Planner {
   }
 
   void add_gap(TensorId t, OpId from, OpId to, bool cyclic, bool index) {
-    Gap gap{.tensor = t, .from = from, .to = to, .cyclic = cyclic};
+    Gap gap;
+    gap.tensor = t;
+    gap.from = from;
+    gap.to = to;
+    gap.cyclic = cyclic;
     const int id = static_cast<int>(gaps_.size());
     gaps_.push_back(gap);
     ts_[idx(t)].gaps.push_back(id);
@@ -822,6 +826,20 @@ class Planner {
     FERRY_ASSIGN_OR_RETURN(SimResult sim, simulate(best.schedule));
     double best_us = sim.iteration_us;
     int budget = max_evaluations;
+    // One try: `change` the decisions, keep the plan if it fits and simulates faster, else `undo`.
+    auto try_change = [&](auto&& change, auto&& undo, bool refine) -> Result<bool> {
+      --budget;
+      ++polish_tries_;
+      change();
+      FERRY_ASSIGN_OR_RETURN(std::optional<PlanAttempt> plan, try_plan(best_us, refine));
+      if (plan) {
+        best = std::move(*plan);
+        best_us = best_us_;
+        return true;
+      }
+      undo();
+      return false;
+    };
     // Tries the alternatives of gap `id` (of tensor t) one by one, while the budget lasts; keeps
     // the first that fits and simulates faster. Returns whether one was kept.
     auto try_alternatives = [&](int id, TensorId t, const std::vector<Option>& alts, bool refine) -> Result<bool> {
@@ -833,36 +851,40 @@ class Planner {
       const OpId out_after = ts_[idx(t)].out_after;
       for (const Option& alt : alts) {
         if (budget <= 0) break;
-        --budget;
-        ++polish_tries_;
-        // A swap of a tensor without a copy issues its swap-out where this option booked it.
-        if (alt.move == Move::kSwap && !had_copy) ts_[idx(t)].out_after = out_issue(gaps_[static_cast<size_t>(id)], alt);
-        gaps_[static_cast<size_t>(id)].decided = alt;
-        if (gaps_[static_cast<size_t>(id)].cyclic && alt.move != Move::kSwap)
-          for (int other : ts_[idx(t)].gaps) gaps_[static_cast<size_t>(other)].decided = Option{};
-        refresh_copies();
-        FERRY_ASSIGN_OR_RETURN(std::optional<PlanAttempt> plan, try_plan(best_us, refine));
-        if (plan) {
-          best = std::move(*plan);
-          best_us = best_us_;
-          return true;
-        }
-        for (auto& [other, d] : kept) gaps_[static_cast<size_t>(other)].decided = d;
-        ts_[idx(t)].out_after = out_after;
-        refresh_copies();
+        auto change = [&] {
+          // A swap of a tensor without a copy issues its swap-out where this option booked it.
+          if (alt.move == Move::kSwap && !had_copy) ts_[idx(t)].out_after = out_issue(gaps_[static_cast<size_t>(id)], alt);
+          gaps_[static_cast<size_t>(id)].decided = alt;
+          if (gaps_[static_cast<size_t>(id)].cyclic && alt.move != Move::kSwap)
+            for (int other : ts_[idx(t)].gaps) gaps_[static_cast<size_t>(other)].decided = Option{};
+          refresh_copies();
+        };
+        auto undo = [&] {
+          for (auto& [other, d] : kept) gaps_[static_cast<size_t>(other)].decided = d;
+          ts_[idx(t)].out_after = out_after;
+          refresh_copies();
+        };
+        FERRY_ASSIGN_OR_RETURN(bool accepted, try_change(change, undo, refine));
+        if (accepted) return true;
       }
       return false;
+    };
+    // The tensors whose swap-ins waited over 0.5 us in `sim` and satisfy `pick`, the longest wait
+    // first, at most kPolishTensorsPerRound.
+    auto waiting = [&](auto&& pick) {
+      std::vector<std::pair<double, TensorId>> out;
+      for (size_t t = 0; t < sim.swap_in_wait_us.size(); ++t)
+        if (sim.swap_in_wait_us[t] > 0.5 && pick(static_cast<TensorId>(t)))
+          out.emplace_back(sim.swap_in_wait_us[t], static_cast<TensorId>(t));
+      std::sort(out.begin(), out.end(), std::greater<>());
+      if (out.size() > kPolishTensorsPerRound) out.resize(kPolishTensorsPerRound);
+      return out;
     };
     std::vector<bool> rejected(gaps_.size(), false);  // kRecomputes: tried, nothing kept
     for (int round = 0; round < rounds && budget > 0; ++round) {
       bool improved = false;
       if (kind == Polish::kStalls) {
-        std::vector<std::pair<double, TensorId>> stalled;
-        for (size_t t = 0; t < sim.swap_in_wait_us.size(); ++t)
-          if (sim.swap_in_wait_us[t] > 0.5) stalled.emplace_back(sim.swap_in_wait_us[t], static_cast<TensorId>(t));
-        std::sort(stalled.begin(), stalled.end(), std::greater<>());
-        if (stalled.size() > kPolishTensorsPerRound) stalled.resize(kPolishTensorsPerRound);
-        for (auto [wait, t] : stalled)
+        for (auto [wait, t] : waiting([](TensorId) { return true; }))
           for (int id : ts_[idx(t)].gaps)
             if (gaps_[static_cast<size_t>(id)].move() == Move::kSwap) {
               FERRY_ASSIGN_OR_RETURN(bool kept, try_alternatives(id, t, alternatives(id), true));
@@ -894,27 +916,18 @@ class Planner {
       }
       // The host updates' weights that stall, longest wait first: each comes back where
       // book_host_traffic() booked its copy; issued 1, 2, 4, ... steps earlier instead.
-      FERRY_ASSIGN_OR_RETURN(sim, simulate(best.schedule));
-      std::vector<std::pair<double, TensorId>> late;
-      for (size_t t = 0; t < sim.swap_in_wait_us.size() && !host_at_.empty(); ++t)
-        if (sim.swap_in_wait_us[t] > 0.5 && g_.tensor(static_cast<TensorId>(t)).persistent() && host_at_[t] > 0)
-          late.emplace_back(sim.swap_in_wait_us[t], static_cast<TensorId>(t));
-      std::sort(late.begin(), late.end(), std::greater<>());
-      if (late.size() > kPolishTensorsPerRound) late.resize(kPolishTensorsPerRound);
-      for (auto [wait, t] : late) {
-        const OpId was = host_at_[idx(t)];
-        for (int64_t k = 1; k <= 64 && was - k >= 0 && budget > 0; k *= 2) {
-          --budget;
-          ++polish_tries_;
-          host_at_[idx(t)] = static_cast<OpId>(was - k);
-          FERRY_ASSIGN_OR_RETURN(std::optional<PlanAttempt> plan, try_plan(best_us, false));
-          if (plan) {
-            best = std::move(*plan);
-            best_us = best_us_;
-            improved = true;
-            break;
+      if (!host_at_.empty()) {
+        FERRY_ASSIGN_OR_RETURN(sim, simulate(best.schedule));
+        for (auto [wait, t] : waiting([&](TensorId t) { return g_.tensor(t).persistent() && host_at_[idx(t)] > 0; })) {
+          const OpId was = host_at_[idx(t)];
+          for (int64_t k = 1; k <= 64 && was - k >= 0 && budget > 0; k *= 2) {
+            FERRY_ASSIGN_OR_RETURN(bool accepted, try_change([&] { host_at_[idx(t)] = static_cast<OpId>(was - k); },
+                                                             [&] { host_at_[idx(t)] = was; }, false));
+            if (accepted) {
+              improved = true;
+              break;
+            }
           }
-          host_at_[idx(t)] = was;
         }
       }
       if (!improved) break;
