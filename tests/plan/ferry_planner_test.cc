@@ -320,22 +320,12 @@ TEST(FerryPlanner, RecomputePolishIsNeverSlowerAndWinsACell) {
       for (double fraction : {0.5, 0.33, 0.25}) {
         SCOPED_TRACE(::testing::Message() << name << " on " << device << " at " << 100 * fraction << "%");
         ctx.budget_bytes = static_cast<uint64_t>(fraction * static_cast<double>(full));
-        Result<PlanFacts> f = make_plan_facts(ctx);
-        ASSERT_TRUE(f.ok());
         FerryTuning without_polish;
         without_polish.max_recompute_polish_tries = 0;
-        Result<PlanAttempt> without = plan_ferry(ctx, *f, without_polish);
-        Result<PlanAttempt> with = plan_ferry(ctx, *f);
-        ASSERT_TRUE(without.ok() && with.ok());
-        if (!without->fits) continue;
-        ASSERT_TRUE(with->fits);
+        const auto r = policy_test::compare_with_default(ctx, without_polish);
+        if (!r) continue;
         ++compared;
-        const double with_us = simulated_us(ctx, with->schedule), without_us = simulated_us(ctx, without->schedule);
-        EXPECT_LE(with_us, without_us * (1 + 1e-9));
-        won += with_us < without_us * (1 - 1e-6) ? 1 : 0;
-        Result<PlanMeasure> m = measure_schedule(*f, with->schedule);
-        ASSERT_TRUE(m.ok());
-        EXPECT_LE(m->device_bytes, ctx.budget_bytes);
+        won += r->with_us < r->without_us * (1 - 1e-6) ? 1 : 0;
       }
     }
   }

@@ -17,6 +17,7 @@
 #include "graph/graph.h"
 #include "schedule/hand_schedule.h"
 #include "schedule/placement.h"
+#include "plan/ferry/ferry_planner.h"
 #include "plan/policies.h"
 #include "plan/policy_common.h"
 #include "schedule/program.h"
@@ -151,6 +152,37 @@ inline PlanReport must_plan(std::string_view policy, const PlanContext& ctx) {
   Result<PlanReport> r = plan_policy(policy, ctx);
   EXPECT_TRUE(r.ok()) << policy << ": " << r.status().message();
   return r.ok() ? std::move(r).value() : PlanReport{};
+}
+
+// plan_ferry with its default tuning against `without` (one of its passes turned off) at ctx's
+// budget. Where the plan without the pass fits, the default one must fit too, never be slower
+// (simulated) and stay within the budget as the full placement measures it; returns both times and
+// the default plan's notes. nullopt where the plan without does not fit (or on a failure, which
+// fails the test).
+struct WithAndWithout {
+  double with_us = 0, without_us = 0;
+  std::string with_notes;
+};
+inline std::optional<WithAndWithout> compare_with_default(const PlanContext& ctx, const FerryTuning& without) {
+  Result<PlanFacts> f = make_plan_facts(ctx);
+  if (!f.ok()) {
+    ADD_FAILURE() << f.status().message();
+    return std::nullopt;
+  }
+  Result<PlanAttempt> off = plan_ferry(ctx, *f, without), on = plan_ferry(ctx, *f);
+  if (!off.ok() || !on.ok()) {
+    ADD_FAILURE() << (off.ok() ? on.status() : off.status()).message();
+    return std::nullopt;
+  }
+  if (!off->fits) return std::nullopt;
+  EXPECT_TRUE(on->fits) << "the plan without the pass fits, the default one does not";
+  if (!on->fits) return std::nullopt;
+  WithAndWithout out{simulated_us(ctx, on->schedule), simulated_us(ctx, off->schedule), on->notes};
+  EXPECT_LE(out.with_us, out.without_us * (1 + 1e-9));
+  Result<PlanMeasure> m = measure_schedule(*f, on->schedule);
+  EXPECT_TRUE(m.ok()) << m.status().message();
+  if (m.ok()) EXPECT_LE(m->device_bytes, ctx.budget_bytes);
+  return out;
 }
 
 }  // namespace ferry::policy_test
