@@ -122,6 +122,7 @@ class Simulation {
     if (o.record_waits) {
       r_.step_start_us.assign(p.num_steps, 0.0);
       r_.swap_in_wait_us.assign(g.tensors.size(), 0.0);
+      r_.swap_out_wait_us.assign(g.tensors.size(), 0.0);
     }
     // Offloaded persistent tensors begin the iteration in their tier, their copy complete.
     for (const Offload& o : p.offloaded) {
@@ -161,7 +162,8 @@ class Simulation {
     const double wait = until - now_;
     r_.stall_us += wait;
     ++r_.num_stalls;
-    if (o_.record_waits && reason == StallReason::kWaitSwapIn) r_.swap_in_wait_us[static_cast<size_t>(t)] += wait;
+    if (o_.record_waits)
+      (reason == StallReason::kWaitSwapIn ? r_.swap_in_wait_us : r_.swap_out_wait_us)[static_cast<size_t>(t)] += wait;
     stalls_.push_back({reason, step, op, t, {}, {}, now_, wait});
     if (timeline())
       r_.events.push_back({SimStream::kCompute, EventKind::kStall,

@@ -175,9 +175,11 @@ struct SimResult {
 
   size_t num_instructions = 0;
   // record_waits only: when each step's op starts (not its recomputes), and per tensor the total
-  // time ops and recomputes waited for its swap-ins to land.
+  // time ops and recomputes waited for its swap-ins to land, and the total time anything waited
+  // for its swap-outs to finish (a release, or an op writing the block it leaves).
   std::vector<double> step_start_us;
   std::vector<double> swap_in_wait_us;
+  std::vector<double> swap_out_wait_us;
   std::vector<SimEvent> events;      // by start time per stream; empty unless record_timeline
   std::vector<MemorySample> memory;  // in program order; empty unless record_timeline
 };

@@ -59,8 +59,12 @@ TEST(HostUpdatePlans, RewriteKeepsOptimizerStateOffTheDevice) {
   ASSERT_TRUE(p.ok()) << p.status().message();
   // Optimizer state is never allocated on the device; every update runs on the host.
   for (const Instruction& in : p->instructions) {
-    if (in.kind == InstrKind::kAlloc) EXPECT_NE(g.tensor(in.tensor).role, TensorRole::kOptimizerState) << g.tensor(in.tensor).name;
-    if (in.kind == InstrKind::kRun) EXPECT_NE(g.op(in.op).type, OpType::kAdamUpdate);
+    if (in.kind == InstrKind::kAlloc) {
+      EXPECT_NE(g.tensor(in.tensor).role, TensorRole::kOptimizerState) << g.tensor(in.tensor).name;
+    }
+    if (in.kind == InstrKind::kRun) {
+      EXPECT_NE(g.op(in.op).type, OpType::kAdamUpdate);
+    }
   }
   EXPECT_EQ(p->num_host_updates, updates);
   // Without a host rate, for a framework's executor, or with --tier none: nothing goes there.
@@ -190,7 +194,9 @@ TEST(HostUpdatePlans, TheBoundPaysForUpdatesOnASlowHost) {
       Result<LowerBound> credited = plan_lower_bound(quick, *ff);
       ASSERT_TRUE(credited.ok());
       EXPECT_LE(credited->us, b->us);
-      if (fraction == 1.0) EXPECT_LT(credited->us, b->us);  // the compute floor alone
+      if (fraction == 1.0) {
+        EXPECT_LT(credited->us, b->us);  // the compute floor alone
+      }
     }
   }
 }

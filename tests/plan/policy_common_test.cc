@@ -219,6 +219,28 @@ TEST(PolicyCommonTest, PlanningTimingChargesALateSwapInAsAStall) {
   EXPECT_NEAR(e_late->iteration_us - e->iteration_us, 1.0, 1e-9);
 }
 
+TEST(PolicyCommonTest, PlanningTimingRecordsWaitsForASwapOut) {
+  Fixture f;
+  // a2's copy out (10 + 4.096 us) starts when f2 ends; released after f3 (10 us), the release
+  // waits on the compute stream for the rest of the copy. Released after the loss op (1 us more),
+  // it waits 1 us less.
+  const double copy_us = f.cost.transfer_us(Direction::kSwapOut, Tier::kHost, 4096);
+  ASSERT_GT(copy_us, 11);
+  for (OpId extra : {0, 1}) {
+    SCOPED_TRACE(extra);
+    Schedule s = f.intent();
+    add_after(s, f.c.forward[2], swap_out_action(f.c.a[2], Tier::kHost));
+    add_after(s, f.c.forward[3] + extra, release_action(f.c.a[2]));
+    add_before(s, f.c.backward[3], swap_in_action(f.c.a[2], Tier::kHost));
+    Result<SimResult> e = simulate_for_planning(f.ctx, f.facts, f.complete(s));
+    ASSERT_TRUE(e.ok()) << e.status().message();
+    ASSERT_EQ(e->swap_out_wait_us.size(), f.c.g().tensors.size());
+    for (const Tensor& t : f.c.g().tensors)
+      EXPECT_NEAR(e->swap_out_wait_us[static_cast<size_t>(t.id)], t.id == f.c.a[2] ? copy_us - 10 - extra : 0, 1e-9)
+          << t.name;
+  }
+}
+
 }  // namespace
 }  // namespace ferry
 

@@ -181,7 +181,9 @@ inline std::optional<WithAndWithout> compare_with_default(const PlanContext& ctx
   EXPECT_LE(out.with_us, out.without_us * (1 + 1e-9));
   Result<PlanMeasure> m = measure_schedule(*f, on->schedule);
   EXPECT_TRUE(m.ok()) << m.status().message();
-  if (m.ok()) EXPECT_LE(m->device_bytes, ctx.budget_bytes);
+  if (m.ok()) {
+    EXPECT_LE(m->device_bytes, ctx.budget_bytes);
+  }
   return out;
 }
 

@@ -116,8 +116,9 @@ TEST_P(Accumulation, AnalysisGapsStayWithinAPassAndGradientsStayOneBuffer) {
   uint64_t grad_bytes = 0;
   for (const Tensor& t : two.tensors) {
     const TensorInfo& ti = a2->tensors[static_cast<size_t>(t.id)];
-    if (ti.first_backward_use != kNoOp && ti.last_forward_use != kNoOp)
+    if (ti.first_backward_use != kNoOp && ti.last_forward_use != kNoOp) {
       EXPECT_LT(ti.last_forward_use, ti.first_backward_use) << t.name;
+    }
     EXPECT_GE(ti.idle_steps, 0) << t.name;
     if (t.overwrites != kNoTensor) {
       ++accumulated;

@@ -822,7 +822,8 @@ class Planner {
   //   this kind on its winner only, after the kStalls polish of every candidate, so the plans it
   //   compares are those of before.
   enum class Polish { kStalls, kRecomputes };
-  Result<PlanAttempt> polish(PlanAttempt best, int rounds, int max_evaluations, Polish kind) {
+  Result<PlanAttempt> polish(PlanAttempt best, int rounds, int max_evaluations, Polish kind,
+                             bool swap_out_waits = false) {
     FERRY_ASSIGN_OR_RETURN(SimResult sim, simulate(best.schedule));
     double best_us = sim.iteration_us;
     int budget = max_evaluations;
@@ -869,13 +870,12 @@ class Planner {
       }
       return false;
     };
-    // The tensors whose swap-ins waited over 0.5 us in `sim` and satisfy `pick`, the longest wait
-    // first, at most kPolishTensorsPerRound.
-    auto waiting = [&](auto&& pick) {
+    // The tensors that were waited for over 0.5 us (`waits`: sim's per-tensor waits for swap-ins
+    // or swap-outs) and satisfy `pick`, the longest wait first, at most kPolishTensorsPerRound.
+    auto waiting = [&](const std::vector<double>& waits, auto&& pick) {
       std::vector<std::pair<double, TensorId>> out;
-      for (size_t t = 0; t < sim.swap_in_wait_us.size(); ++t)
-        if (sim.swap_in_wait_us[t] > 0.5 && pick(static_cast<TensorId>(t)))
-          out.emplace_back(sim.swap_in_wait_us[t], static_cast<TensorId>(t));
+      for (size_t t = 0; t < waits.size(); ++t)
+        if (waits[t] > 0.5 && pick(static_cast<TensorId>(t))) out.emplace_back(waits[t], static_cast<TensorId>(t));
       std::sort(out.begin(), out.end(), std::greater<>());
       if (out.size() > kPolishTensorsPerRound) out.resize(kPolishTensorsPerRound);
       return out;
@@ -884,7 +884,7 @@ class Planner {
     for (int round = 0; round < rounds && budget > 0; ++round) {
       bool improved = false;
       if (kind == Polish::kStalls) {
-        for (auto [wait, t] : waiting([](TensorId) { return true; }))
+        for (auto [wait, t] : waiting(sim.swap_in_wait_us, [](TensorId) { return true; }))
           for (int id : ts_[idx(t)].gaps)
             if (gaps_[static_cast<size_t>(id)].move() == Move::kSwap) {
               FERRY_ASSIGN_OR_RETURN(bool kept, try_alternatives(id, t, alternatives(id), true));
@@ -914,11 +914,41 @@ class Planner {
         improved = improved || kept;
         rejected[static_cast<size_t>(id)] = !kept;
       }
+      // The swapped activations whose swap-outs are waited for: the copy queued behind others on
+      // the link, and the release after the tensor's last use before its first swapped gap waits
+      // for it on the compute stream. That release moves 64, 32, ..., 1 steps later (the first
+      // that fits and is faster), or the gap is recomputed or kept instead.
+      if (swap_out_waits) {
+        FERRY_ASSIGN_OR_RETURN(sim, simulate(best.schedule));
+        for (auto [wait, t] : waiting(sim.swap_out_wait_us, [&](TensorId t) { return !g_.tensor(t).persistent(); })) {
+          int first = -1;
+          for (int id : ts_[idx(t)].gaps) {
+            const Gap& gap = gaps_[static_cast<size_t>(id)];
+            if (gap.move() == Move::kSwap && !gap.cyclic && (first < 0 || gap.from < gaps_[static_cast<size_t>(first)].from))
+              first = id;
+          }
+          if (first < 0 || budget <= 0) continue;
+          const Gap& gap = gaps_[static_cast<size_t>(first)];
+          std::vector<Option> alts;
+          for (int64_t k = 64; k >= 1; k /= 2) {
+            Option o = gap.decided;
+            const int64_t after = static_cast<int64_t>(o.release_after) + k;
+            if (after + 1 > o.hi1) continue;
+            o.release_after = static_cast<OpId>(after);
+            o.lo1 = after + 1;
+            alts.push_back(o);
+          }
+          if (Option rec = recompute_option(gap); rec.ok) alts.push_back(std::move(rec));
+          alts.push_back(Option{});
+          FERRY_ASSIGN_OR_RETURN(bool kept, try_alternatives(first, t, alts, false));
+          improved = improved || kept;
+        }
+      }
       // The host updates' weights that stall, longest wait first: each comes back where
       // book_host_traffic() booked its copy; issued 1, 2, 4, ... steps earlier instead.
       if (!host_at_.empty()) {
         FERRY_ASSIGN_OR_RETURN(sim, simulate(best.schedule));
-        for (auto [wait, t] : waiting([&](TensorId t) { return g_.tensor(t).persistent() && host_at_[idx(t)] > 0; })) {
+        for (auto [wait, t] : waiting(sim.swap_in_wait_us, [&](TensorId t) { return g_.tensor(t).persistent() && host_at_[idx(t)] > 0; })) {
           const OpId was = host_at_[idx(t)];
           for (int64_t k = 1; k <= 64 && was - k >= 0 && budget > 0; k *= 2) {
             FERRY_ASSIGN_OR_RETURN(bool accepted, try_change([&] { host_at_[idx(t)] = static_cast<OpId>(was - k); },
@@ -1201,7 +1231,8 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
                                     : static_cast<int>(std::max<int64_t>(
                                           std::min<int64_t>(16, tuning.max_recompute_polish_tries),
                                           tuning.max_recompute_polish_tries * int64_t{2000} / ops));
-    FERRY_ASSIGN_OR_RETURN(v.attempt, v.planner->polish(std::move(*v.attempt), tuning.repair_rounds, tries, kind));
+    FERRY_ASSIGN_OR_RETURN(v.attempt, v.planner->polish(std::move(*v.attempt), tuning.repair_rounds, tries, kind,
+                                                        tuning.polish_swap_out_waits));
     return Status::Ok();
   };
   auto simulated_us = [&](const Variant& v) -> Result<double> {
