@@ -168,6 +168,7 @@ class Planner {
   static constexpr int kMaxRounds = 24;
   static constexpr size_t kPolishTensorsPerRound = 8;
   static constexpr size_t kPolishRecomputesPerRound = 32;
+  static constexpr int kSwapOutWaitTries = 96;  // the second polish's swap-out waits (Planner::polish)
   double best_us_ = 0;
   int polish_tries_ = 0, polish_simulated_ = 0;  // over every polish of this planner (notes)
   size_t idx(TensorId t) const { return static_cast<size_t>(t); }
@@ -914,12 +915,35 @@ class Planner {
         improved = improved || kept;
         rejected[static_cast<size_t>(id)] = !kept;
       }
-      // The swapped activations whose swap-outs are waited for: the copy queued behind others on
-      // the link, and the release after the tensor's last use before its first swapped gap waits
-      // for it on the compute stream. That release moves 64, 32, ..., 1 steps later (the first
-      // that fits and is faster), or the gap is recomputed or kept instead.
-      if (swap_out_waits) {
+      // The host updates' weights that stall, longest wait first: each comes back where
+      // book_host_traffic() booked its copy; issued 1, 2, 4, ... steps earlier instead.
+      if (!host_at_.empty()) {
         FERRY_ASSIGN_OR_RETURN(sim, simulate(best.schedule));
+        for (auto [wait, t] : waiting(sim.swap_in_wait_us, [&](TensorId t) { return g_.tensor(t).persistent() && host_at_[idx(t)] > 0; })) {
+          const OpId was = host_at_[idx(t)];
+          for (int64_t k = 1; k <= 64 && was - k >= 0 && budget > 0; k *= 2) {
+            FERRY_ASSIGN_OR_RETURN(bool accepted, try_change([&] { host_at_[idx(t)] = static_cast<OpId>(was - k); },
+                                                             [&] { host_at_[idx(t)] = was; }, false));
+            if (accepted) {
+              improved = true;
+              break;
+            }
+          }
+        }
+      }
+      if (!improved) break;
+    }
+    // Last, on what the rounds above left (so that their path, and what they find, does not
+    // change): the swapped activations whose swap-outs are waited for. The copy queued behind
+    // others on the link, and the release after the tensor's last use before its first swapped
+    // gap waits for it on the compute stream. That release moves 64, 32, ..., 1 steps later (the
+    // first that fits and is faster), or the gap is recomputed or kept instead; rounds until one
+    // keeps nothing, in at most kSwapOutWaitTries tries.
+    if (kind == Polish::kRecomputes && swap_out_waits) {
+      budget = kSwapOutWaitTries;
+      for (int round = 0; round < rounds && budget > 0; ++round) {
+        FERRY_ASSIGN_OR_RETURN(sim, simulate(best.schedule));
+        bool improved = false;
         for (auto [wait, t] : waiting(sim.swap_out_wait_us, [&](TensorId t) { return !g_.tensor(t).persistent(); })) {
           int first = -1;
           for (int id : ts_[idx(t)].gaps) {
@@ -943,24 +967,8 @@ class Planner {
           FERRY_ASSIGN_OR_RETURN(bool kept, try_alternatives(first, t, alts, false));
           improved = improved || kept;
         }
+        if (!improved) break;
       }
-      // The host updates' weights that stall, longest wait first: each comes back where
-      // book_host_traffic() booked its copy; issued 1, 2, 4, ... steps earlier instead.
-      if (!host_at_.empty()) {
-        FERRY_ASSIGN_OR_RETURN(sim, simulate(best.schedule));
-        for (auto [wait, t] : waiting(sim.swap_in_wait_us, [&](TensorId t) { return g_.tensor(t).persistent() && host_at_[idx(t)] > 0; })) {
-          const OpId was = host_at_[idx(t)];
-          for (int64_t k = 1; k <= 64 && was - k >= 0 && budget > 0; k *= 2) {
-            FERRY_ASSIGN_OR_RETURN(bool accepted, try_change([&] { host_at_[idx(t)] = static_cast<OpId>(was - k); },
-                                                             [&] { host_at_[idx(t)] = was; }, false));
-            if (accepted) {
-              improved = true;
-              break;
-            }
-          }
-        }
-      }
-      if (!improved) break;
     }
     best.notes = summary() + fmt::format("; polished with {} tries, {} simulated", polish_tries_, polish_simulated_);
     return best;

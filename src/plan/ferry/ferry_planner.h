@@ -35,8 +35,9 @@ struct FerryTuning {
   // weights (Planner::polish), in at most this many tries (0: not at all); on graphs over 2,000
   // ops proportionally fewer (at least 16), as each try lowers and simulates the whole graph.
   int max_recompute_polish_tries = 192;
-  // In the same pass, the swapped activations whose swap-outs the compute stream waits for (their
-  // release waits for the copy) are released later, recomputed or kept, where that is faster.
+  // After that pass, the swapped activations whose swap-outs the compute stream waits for (their
+  // release waits for the copy) are released later, recomputed or kept where that is faster (at
+  // most 96 tries more).
   bool polish_swap_out_waits = true;
   // Also plan with the optimizer updates on the host (ZeRO-Offload, plan/ferry/host_updates.h) where
   // the profile has a host optimizer rate, and keep whichever simulates faster.
