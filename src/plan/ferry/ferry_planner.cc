@@ -938,9 +938,9 @@ class Planner {
     // others on the link, and the release after the tensor's last use before its first swapped
     // gap waits for it on the compute stream. That release moves 64, 32, ..., 1 steps later (the
     // first that fits and is faster), or the gap is recomputed or kept instead; rounds until one
-    // keeps nothing, in at most kSwapOutWaitTries tries.
+    // keeps nothing, in at most kSwapOutWaitTries tries (fewer where max_evaluations is).
     if (kind == Polish::kRecomputes && swap_out_waits) {
-      budget = kSwapOutWaitTries;
+      budget = std::min(kSwapOutWaitTries, max_evaluations);  // scaled down on large graphs alike
       for (int round = 0; round < rounds && budget > 0; ++round) {
         FERRY_ASSIGN_OR_RETURN(sim, simulate(best.schedule));
         bool improved = false;

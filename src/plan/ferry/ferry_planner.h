@@ -37,7 +37,7 @@ struct FerryTuning {
   int max_recompute_polish_tries = 192;
   // After that pass, the swapped activations whose swap-outs the compute stream waits for (their
   // release waits for the copy) are released later, recomputed or kept where that is faster (at
-  // most 96 tries more).
+  // most 96 tries more, and no more than that pass's own tries on large graphs).
   bool polish_swap_out_waits = true;
   // Also plan with the optimizer updates on the host (ZeRO-Offload, plan/ferry/host_updates.h) where
   // the profile has a host optimizer rate, and keep whichever simulates faster.
