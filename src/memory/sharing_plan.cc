@@ -10,9 +10,11 @@
 //   of others (every activation saved for backward is live at the turn from forward to backward),
 //   so enumerating conflicting buffers per query is quadratic. We never enumerate them: an
 //   occupancy tree over steps keeps *unions* of occupied byte ranges (Note [Occupancy tree]), and
-//   a query merges O(log steps) short range lists. Adjacent placed buffers coalesce into one
+//   a query unites O(log steps) short range lists. Adjacent placed buffers coalesce into one
 //   range, so the lists stay short exactly when the packing is good: on pre-activation
-//   ResNet-1001 (9k buffers) a query merges 55-85 ranges and a whole placement takes ~0.05 s.
+//   ResNet-1001 (9k buffers) a query in start order unites 55-85 ranges and a whole placement
+//   takes ~0.05 s; in size order the packing is looser (~630 ranges from ~22 lists a query with
+//   a budget's swaps and recomputes, 14k buffers).
 //   Longest-lifetime-first scatters buffers (~2000 ranges a query, 15x slower), one reason it is
 //   not among the default orders.
 // - No order wins on every graph: size-descending packs big feature maps first; start order is
@@ -237,26 +239,43 @@ uint64_t best_fit(const std::vector<ByteRange>& occupied, uint64_t size) {
   return found ? best_offset : cursor;
 }
 
-// Sorts `v` by lo, given that it is the concatenation of sorted runs ending at `runs`: pairwise
-// merges, O(n log runs) instead of a sort's O(n log n), through `scratch` (no allocation once
-// it has grown; the same order as stable in-place merges).
-void merge_runs(std::vector<ByteRange>& v, std::vector<size_t>& runs, std::vector<ByteRange>& scratch) {
-  const auto by_lo = [](const ByteRange& x, const ByteRange& y) { return x.lo < y.lo; };
+// Appends the union of two sets of sorted, disjoint ranges to `out`, coalescing ranges that
+// overlap or touch; returns the new end of `out`.
+ByteRange* unite(const ByteRange* a, const ByteRange* a_end, const ByteRange* b, const ByteRange* b_end,
+                 ByteRange* out) {
+  ByteRange* const first = out;
+  auto push = [&](const ByteRange& r) {
+    if (out != first && (out - 1)->hi >= r.lo) {
+      (out - 1)->hi = std::max((out - 1)->hi, r.hi);
+    } else {
+      *out++ = r;
+    }
+  };
+  while (a != a_end && b != b_end) push(a->lo <= b->lo ? *a++ : *b++);
+  while (a != a_end) push(*a++);
+  while (b != b_end) push(*b++);
+  return out;
+}
+
+// Replaces `v`, the concatenation of sets of sorted, disjoint ranges ending at `runs`, by their
+// union (sorted, disjoint, non-touching): pairwise unions through `scratch` (no allocation once it
+// has grown). The runs of one query repeat each other a lot (a long-lived buffer is in the lists
+// of several tree nodes), so every round of unions leaves less for the next; best_fit() sees the
+// same gaps as in the plain merge.
+void unite_runs(std::vector<ByteRange>& v, std::vector<size_t>& runs, std::vector<ByteRange>& scratch) {
   while (runs.size() > 1) {
     scratch.resize(v.size());
     size_t kept = 0, begin = 0;
+    ByteRange* out = scratch.data();
     for (size_t k = 0; k < runs.size(); k += 2) {
-      const auto at = [&](size_t i) { return v.data() + i; };
-      if (k + 1 < runs.size()) {
-        std::merge(at(begin), at(runs[k]), at(runs[k]), at(runs[k + 1]), scratch.data() + begin, by_lo);
-        runs[kept++] = runs[k + 1];
-        begin = runs[k + 1];
-      } else {
-        std::copy(at(begin), at(runs[k]), scratch.data() + begin);
-        runs[kept++] = runs[k];
-      }
+      const ByteRange* at = v.data();
+      const size_t mid = runs[k], end = k + 1 < runs.size() ? runs[k + 1] : runs[k];
+      out = unite(at + begin, at + mid, at + mid, at + end, out);
+      runs[kept++] = static_cast<size_t>(out - scratch.data());
+      begin = end;
     }
     runs.resize(kept);
+    scratch.resize(runs.back());
     v.swap(scratch);
   }
 }
@@ -270,8 +289,12 @@ class Placer {
     FERRY_CHECK(alignment > 0 && std::has_single_bit(alignment), "alignment {} is not a power of two", alignment);
   }
 
-  // Places the buffers one by one in `sequence` (a permutation of buffer indices).
-  MemoryPlan place(const std::vector<size_t>& sequence) {
+  // Places the buffers one by one in `sequence` (a permutation of buffer indices). Once the arena
+  // exceeds `give_up_above` the placement stops there: the rest cannot make it smaller, so the
+  // arena so far is already too large for a caller asking only whether the buffers fit in that
+  // much (the plan then has offsets for a prefix of the sequence only; see plan_memory_sharing).
+  MemoryPlan place(const std::vector<size_t>& sequence,
+                   uint64_t give_up_above = std::numeric_limits<uint64_t>::max()) {
     MemoryPlan plan;
     plan.alignment = alignment_;
     plan.offsets.assign(buffers_.size(), 0);
@@ -286,10 +309,11 @@ class Placer {
       occupied_.clear();
       runs_.clear();
       tree_.collect(static_cast<size_t>(b.first_step), static_cast<size_t>(b.last_step), occupied_, runs_);
-      merge_runs(occupied_, runs_, scratch_);
+      unite_runs(occupied_, runs_, scratch_);
       const uint64_t offset = best_fit(occupied_, size);
       plan.offsets[i] = offset;
       plan.arena_bytes = std::max(plan.arena_bytes, offset + size);
+      if (plan.arena_bytes > give_up_above) break;
       tree_.add(static_cast<size_t>(b.first_step), static_cast<size_t>(b.last_step), {offset, offset + size});
     }
     return plan;
@@ -339,9 +363,14 @@ MemoryPlan plan_memory_sharing(const std::vector<Buffer>& buffers, uint64_t alig
   const uint64_t bound = std::max(aligned_live_lower_bound(buffers, alignment), good_enough_bytes);
   std::array<MemoryPlan, kDefaultPlacementOrders.size()> plans;
   Placer placer(buffers, alignment);
+  // Without refinement, a caller with a budget learns only whether the buffers fit: an order is
+  // abandoned as soon as its arena passes the budget (the partial arena is already too large, and
+  // is what this returns when no order fits).
+  const uint64_t give_up_above =
+      !refine && good_enough_bytes > 0 ? good_enough_bytes : std::numeric_limits<uint64_t>::max();
   size_t best = 0;
   for (size_t k = 0; k < plans.size(); ++k) {
-    plans[k] = placer.place(visiting_order(buffers, kDefaultPlacementOrders[k]));
+    plans[k] = placer.place(visiting_order(buffers, kDefaultPlacementOrders[k]), give_up_above);
     if (plans[k].arena_bytes < plans[best].arena_bytes) best = k;
     if (plans[best].arena_bytes <= bound) return plans[best];  // optimal: nothing can do better
   }

@@ -63,7 +63,11 @@ MemoryPlan place_buffers(const std::vector<Buffer>& buffers, uint64_t alignment,
 // answer, so "fits" stays true for whoever places the same buffers without the shortcut.
 // Without `refine`, only the orders are tried (no Note [Promoting the buffer on top] rounds): a
 // larger arena at times, for a fraction of the time (a caller that may reject what does not fit
-// at once, such as a planner's polish trying many small changes).
+// at once, such as a planner's polish trying many small changes). Without `refine` and with
+// `good_enough_bytes`, an order is also abandoned as soon as its arena passes good_enough_bytes:
+// the answer fits exactly when the full search of the orders would fit, but an arena above
+// good_enough_bytes is then only a lower bound of what the buffers need (with offsets for part of
+// them): good for "does not fit", not for "needs this much".
 MemoryPlan plan_memory_sharing(const std::vector<Buffer>& buffers, uint64_t alignment,
                                uint64_t good_enough_bytes = 0, bool refine = true);
 

@@ -150,6 +150,19 @@ TEST(SharingPlan, RandomBufferSetsGiveValidPlansNoSmallerThanTheBound) {
     ASSERT_TRUE(check_memory_plan(bufs, quick).ok()) << "trial " << trial;
     EXPECT_EQ(quick.arena_bytes, best) << "trial " << trial;
     EXPECT_GE(quick.arena_bytes, chosen.arena_bytes) << "trial " << trial;
+    // With a budget and no refinement (a planner's "does it fit?"), orders are abandoned once they
+    // pass the budget: the answer is "fits" exactly when the smallest default order fits, and then
+    // the plan is complete and valid; else its arena is above the budget. Budgets just below, at
+    // and above that order's arena.
+    for (const uint64_t budget : {best - std::min<uint64_t>(best, alignment), best, best + alignment}) {
+      if (budget == 0) continue;
+      const MemoryPlan probe = plan_memory_sharing(bufs, alignment, budget, /*refine=*/false);
+      SCOPED_TRACE(::testing::Message() << "trial " << trial << " budget " << budget);
+      EXPECT_EQ(probe.arena_bytes <= budget, best <= budget);
+      if (probe.arena_bytes <= budget) {
+        EXPECT_TRUE(check_memory_plan(bufs, probe).ok()) << check_memory_plan(bufs, probe).message();
+      }
+    }
     total_arena += chosen.arena_bytes;
     total_bound += bound;
   }

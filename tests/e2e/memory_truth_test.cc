@@ -90,7 +90,9 @@ TEST(MemoryTruth, UncorruptedRunMeasuresWhatThePlanPredicts) {
     Outcome r = train(g, {.verify_memory = verify});
     ASSERT_TRUE(r.status.ok()) << r.status.message();
     EXPECT_EQ(r.measured_peak, r.predicted_live) << "verify " << verify;
-    if (!verify) EXPECT_LE(r.extent, r.predicted);
+    if (!verify) {
+      EXPECT_LE(r.extent, r.predicted);
+    }
   }
 }
 

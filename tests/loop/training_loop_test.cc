@@ -34,8 +34,7 @@ struct Sized {
 
 Sized sized_of(const Graph& g, Backend& backend) {
   auto compiled = backend.compile(g).value();
-  Sized s{.graph = with_backend_sizes(g, *compiled)};
-  s.scratch = compiled->all_scratch_bytes();
+  Sized s{.graph = with_backend_sizes(g, *compiled), .scratch = compiled->all_scratch_bytes()};
   const CostModel cost(load_profile("cpu-local").value());
   PlanContext ctx{.graph = s.graph, .cost = cost, .op_scratch_bytes = s.scratch};
   s.none_bytes = plan_policy("none", ctx).value().device_bytes;

@@ -311,29 +311,12 @@ TEST(FerryPlanner, CopiesThatSlowComputeMakeSwapsCostlier) {
 // without it, and it wins cells (the GPU profiles, where recomputing a convolution costs more per
 // byte than the link time of its output).
 TEST(FerryPlanner, RecomputePolishIsNeverSlowerAndWinsACell) {
-  size_t won = 0, compared = 0;
-  for (const char* device : {"a100-40gb-pcie4", "v100-16gb-pcie3"}) {
-    const CostModel cost(load_profile(device).value());
-    for (const char* name : {"resnet-mini", "densenet-mini"}) {
-      ModelConfig c;
-      c.batch = 32;
-      const Graph g = build_model(name, c).value();
-      PlanContext ctx{.graph = g, .cost = cost};
-      const uint64_t full = policy_test::must_plan("none", ctx).device_bytes;
-      for (double fraction : {0.5, 0.33, 0.25}) {
-        SCOPED_TRACE(::testing::Message() << name << " on " << device << " at " << 100 * fraction << "%");
-        ctx.budget_bytes = static_cast<uint64_t>(fraction * static_cast<double>(full));
-        FerryTuning without_polish;
-        without_polish.max_recompute_polish_tries = 0;
-        const auto r = policy_test::compare_with_default(ctx, without_polish);
-        if (!r) continue;
-        ++compared;
-        won += r->with_us < r->without_us * (1 - 1e-6) ? 1 : 0;
-      }
-    }
-  }
-  EXPECT_GT(compared, 0u);
-  EXPECT_GT(won, 0u) << "the recompute polish won no cell: the comparison above proved nothing";
+  FerryTuning without_polish;
+  without_polish.max_recompute_polish_tries = 0;
+  const policy_test::CellTally t = policy_test::compare_over_cells(
+      {"a100-40gb-pcie4", "v100-16gb-pcie3"}, {"resnet-mini", "densenet-mini"}, 32, {0.5, 0.33, 0.25}, without_polish);
+  EXPECT_GT(t.compared, 0u);
+  EXPECT_GT(t.won, 0u) << "the recompute polish won no cell: the comparison above proved nothing";
 }
 
 // The second polish's swap-out waits (FerryTuning::polish_swap_out_waits): a swapped activation
@@ -342,29 +325,12 @@ TEST(FerryPlanner, RecomputePolishIsNeverSlowerAndWinsACell) {
 // cells (resnet-mini at 50% on the A100 profile: 1.30 -> 1.18 ms predicted when it was added),
 // where the compute stream waits less for swap-outs.
 TEST(FerryPlanner, SwapOutWaitPolishIsNeverSlowerAndWinsACell) {
-  size_t won = 0, compared = 0;
-  for (const char* device : {"a100-40gb-pcie4", "v100-16gb-pcie3"}) {
-    const CostModel cost(load_profile(device).value());
-    for (const char* name : {"resnet-mini", "gpt2-mini"}) {
-      ModelConfig c;
-      c.batch = 8;
-      const Graph g = build_model(name, c).value();
-      PlanContext ctx{.graph = g, .cost = cost};
-      const uint64_t full = policy_test::must_plan("none", ctx).device_bytes;
-      for (double fraction : {0.5, 0.33, 0.25}) {
-        SCOPED_TRACE(::testing::Message() << name << " on " << device << " at " << 100 * fraction << "%");
-        ctx.budget_bytes = static_cast<uint64_t>(fraction * static_cast<double>(full));
-        FerryTuning without;
-        without.polish_swap_out_waits = false;
-        const auto r = policy_test::compare_with_default(ctx, without);
-        if (!r) continue;
-        ++compared;
-        won += r->with_us < r->without_us * (1 - 1e-6) ? 1 : 0;
-      }
-    }
-  }
-  EXPECT_GT(compared, 0u);
-  EXPECT_GT(won, 0u) << "the swap-out wait polish won no cell: the comparison above proved nothing";
+  FerryTuning without;
+  without.polish_swap_out_waits = false;
+  const policy_test::CellTally t = policy_test::compare_over_cells(
+      {"a100-40gb-pcie4", "v100-16gb-pcie3"}, {"resnet-mini", "gpt2-mini"}, 8, {0.5, 0.33, 0.25}, without);
+  EXPECT_GT(t.compared, 0u);
+  EXPECT_GT(t.won, 0u) << "the swap-out wait polish won no cell: the comparison above proved nothing";
 }
 
 // The second polish swaps a recomputed gap only where the tensor can make its copy: ResNet-50

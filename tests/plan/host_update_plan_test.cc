@@ -128,32 +128,19 @@ TEST(HostUpdatePlans, NeverSlowerThanDeviceUpdatesAndAboveTheBound) {
 // with them a plan is never slower than without them, and on the V100 profile they win a cell
 // (densenet-mini, batch 32, at 75%: the weights' round trips cost the link more than they free).
 TEST(HostUpdatePlans, KeptWeightVariantsAreNeverSlowerAndWinACell) {
-  const CostModel cost(load_profile("v100-16gb-pcie3").value());
-  size_t won = 0;
-  for (const char* name : {"densenet-mini", "resnet-mini"}) {
-    ModelConfig c;
-    c.batch = 32;
-    const Graph g = build_model(name, c).value();
-    PlanContext ctx{.graph = g, .cost = cost};
-    const uint64_t full = policy_test::must_plan("none", ctx).device_bytes;
-    for (double fraction : {0.75, 0.5, 0.33}) {
-      SCOPED_TRACE(::testing::Message() << name << " at " << 100 * fraction << "%");
-      ctx.budget_bytes = static_cast<uint64_t>(fraction * static_cast<double>(full));
-      {
-        Result<PlanFacts> f = make_plan_facts(ctx);
-        ASSERT_TRUE(f.ok());
-        ASSERT_FALSE(f->host_updatable.empty());
-      }
-      FerryTuning without_variants;
-      without_variants.host_inner_variants = false;
-      const auto r = policy_test::compare_with_default(ctx, without_variants);
-      if (r && r->with_notes.find("weights stay between their reads") != std::string::npos) {
-        EXPECT_LT(r->with_us, r->without_us);  // taken only when faster
-        ++won;
-      }
-    }
-  }
-  EXPECT_GT(won, 0u) << "no cell was won by a kept-weights variant: the comparison above proved nothing";
+  FerryTuning without_variants;
+  without_variants.host_inner_variants = false;
+  const auto won = [](const PlanContext& ctx, const policy_test::WithAndWithout& r) {
+    Result<PlanFacts> f = make_plan_facts(ctx);
+    EXPECT_TRUE(f.ok() && !f->host_updatable.empty()) << "the model has no update the host could run";
+    if (r.with_notes.find("weights stay between their reads") == std::string::npos) return false;
+    EXPECT_LT(r.with_us, r.without_us);  // taken only when faster
+    return true;
+  };
+  const policy_test::CellTally t = policy_test::compare_over_cells(
+      {"v100-16gb-pcie3"}, {"densenet-mini", "resnet-mini"}, 32, {0.75, 0.5, 0.33}, without_variants, won);
+  EXPECT_GT(t.compared, 0u);
+  EXPECT_GT(t.won, 0u) << "no cell was won by a kept-weights variant: the comparison above proved nothing";
 }
 
 // The bound charges what a host update costs: with a host so slow that one update there takes

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <vector>
@@ -13,8 +15,10 @@
 #include <gtest/gtest.h>
 
 #include "cost/cost_model.h"
+#include "cost/profile.h"
 #include "cost/test_profile.h"
 #include "graph/graph.h"
+#include "graph/zoo/zoo.h"
 #include "schedule/hand_schedule.h"
 #include "schedule/placement.h"
 #include "plan/ferry/ferry_planner.h"
@@ -185,6 +189,40 @@ inline std::optional<WithAndWithout> compare_with_default(const PlanContext& ctx
     EXPECT_LE(m->device_bytes, ctx.budget_bytes);
   }
   return out;
+}
+
+// compare_with_default() in every cell of devices x models (zoo models at `batch`) x budgets
+// (fractions of the model's no-swap peak). `won` says whether the default plan won a cell (it may
+// check more, with EXPECTs); by default, whether it is faster. Returns how many cells were compared
+// (the plan without the pass fits) and how many were won.
+struct CellTally {
+  size_t compared = 0, won = 0;
+};
+inline bool faster(const PlanContext&, const WithAndWithout& r) { return r.with_us < r.without_us * (1 - 1e-6); }
+inline CellTally compare_over_cells(std::initializer_list<const char*> devices,
+                                    std::initializer_list<const char*> models, int batch,
+                                    std::initializer_list<double> fractions, const FerryTuning& without,
+                                    const std::function<bool(const PlanContext&, const WithAndWithout&)>& won = faster) {
+  CellTally tally;
+  for (const char* device : devices) {
+    const CostModel cost(load_profile(device).value());
+    for (const char* name : models) {
+      ModelConfig c;
+      c.batch = batch;
+      const Graph g = build_model(name, c).value();
+      PlanContext ctx{.graph = g, .cost = cost};
+      const uint64_t full = must_plan("none", ctx).device_bytes;
+      for (double fraction : fractions) {
+        SCOPED_TRACE(::testing::Message() << name << " on " << device << " at " << 100 * fraction << "%");
+        ctx.budget_bytes = static_cast<uint64_t>(fraction * static_cast<double>(full));
+        const std::optional<WithAndWithout> r = compare_with_default(ctx, without);
+        if (!r) continue;
+        ++tally.compared;
+        tally.won += won(ctx, *r) ? 1 : 0;
+      }
+    }
+  }
+  return tally;
 }
 
 }  // namespace ferry::policy_test
