@@ -472,16 +472,26 @@ void set_live_peak(PlanMeasure& m) {
 
 }  // namespace
 
-Result<PlanMeasure> measure_schedule(const PlanFacts& facts, const Schedule& s, bool place, uint64_t good_enough_bytes,
-                                     bool refine) {
+Result<Program> lower_for_planning(const PlanFacts& facts, const Schedule& s) {
   Result<Program> program = lower_schedule_for_valid_graph(facts.g(), s, facts.program_options);
   if (!program.ok()) return Status::Internal(program.status().message());
+  return program;
+}
+
+Result<PlanMeasure> measure_schedule(const PlanFacts& facts, const Schedule& s, bool place, uint64_t good_enough_bytes,
+                                     bool refine) {
+  FERRY_ASSIGN_OR_RETURN(Program program, lower_for_planning(facts, s));
+  return measure_program(facts, s, program, place, good_enough_bytes, refine);
+}
+
+Result<PlanMeasure> measure_program(const PlanFacts& facts, const Schedule& s, const Program& program, bool place,
+                                    uint64_t good_enough_bytes, bool refine) {
   PlanMeasure m;
-  m.live_bytes = live_bytes_per_step(facts, *program);
+  m.live_bytes = live_bytes_per_step(facts, program);
   set_live_peak(m);
   if (place) {
     FERRY_ASSIGN_OR_RETURN(ProgramPlacement placement,
-                           place_program(facts.g(), *program, facts.alignment, good_enough_bytes, refine));
+                           place_program(facts.g(), program, facts.alignment, good_enough_bytes, refine));
     m.device_bytes = placement.arena_bytes;
   } else {
     m.device_bytes = m.live_peak_bytes;
@@ -529,15 +539,20 @@ size_t close_recompute_sources(const PlanFacts& facts, std::vector<bool>& droppe
   return added;
 }
 
-Result<SimResult> simulate_for_planning(const PlanContext& ctx, const PlanFacts& facts, const Schedule& schedule) {
+Result<SimResult> simulate_for_planning(const PlanContext& ctx, const PlanFacts& facts, const Schedule& schedule,
+                                        const Program* lowered) {
   Schedule coded;  // predicted with the codecs plan_policy gives the plan (attach_ssd_codecs)
   const bool attach = schedule.ssd_codecs.empty() && !facts.tensor_class.empty();
   if (attach) {
     coded = schedule;
     attach_ssd_codecs(facts.ssd_codec, coded);
   }
-  FERRY_ASSIGN_OR_RETURN(Program program,
-                         lower_schedule_for_valid_graph(facts.g(), attach ? coded : schedule, facts.program_options));
+  Program own;
+  if (attach || lowered == nullptr) {
+    FERRY_ASSIGN_OR_RETURN(own, lower_schedule_for_valid_graph(facts.g(), attach ? coded : schedule, facts.program_options));
+    own.budget_bytes = 0;
+  }
+  const Program& program = attach || lowered == nullptr ? own : *lowered;
   SimOptions so;
   so.budget_bytes = 0;  // memory is judged by measure_schedule(); time does not depend on the budget
   so.op_scratch_bytes = facts.program_options.op_scratch_bytes;
@@ -545,8 +560,7 @@ Result<SimResult> simulate_for_planning(const PlanContext& ctx, const PlanFacts&
   so.alignment = facts.alignment;
   so.record_timeline = false;
   so.record_waits = true;
-  so.timing_only = true;  // memory is not its question
-  program.budget_bytes = 0;
+  so.timing_only = true;  // memory is not its question (and the program's budget is not read)
   return simulate_program(ctx.graph, program, ctx.cost, so);
 }
 

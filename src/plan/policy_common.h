@@ -125,6 +125,11 @@ void subtract_away(const PlanFacts& facts, PlanMeasure& m, TensorId t, OpId firs
 // message names the rule).
 Result<PlanMeasure> measure_schedule(const PlanFacts& facts, const Schedule& s, bool place = true,
                                      uint64_t good_enough_bytes = 0, bool refine = true);
+// The same for `s` already lowered with facts.program_options (lower_for_planning), for a caller
+// that measures, simulates and places one schedule without lowering it each time.
+Result<Program> lower_for_planning(const PlanFacts& facts, const Schedule& s);
+Result<PlanMeasure> measure_program(const PlanFacts& facts, const Schedule& s, const Program& program, bool place = true,
+                                    uint64_t good_enough_bytes = 0, bool refine = true);
 
 // Makes a policy's intent legal (see the design note); an on-demand fetch swaps in from the
 // tier holding the copy (host first), or recomputes when there is none. Errors: Internal when
@@ -143,7 +148,10 @@ size_t close_recompute_sources(const PlanFacts& facts, std::vector<bool>& droppe
 // per-step starts and per-tensor swap-in waits recorded): the one timing model, shared with
 // `ferry plan`. A schedule without SSD codecs is predicted with those plan_policy will give it
 // (attach_ssd_codecs with facts.ssd_codec); facts without codecs predict every copy raw.
-Result<SimResult> simulate_for_planning(const PlanContext& ctx, const PlanFacts& facts, const Schedule& schedule);
+// `lowered`: `schedule` lowered by lower_for_planning(), used when the prediction needs no other
+// codecs than the schedule has (else the schedule is lowered again with them).
+Result<SimResult> simulate_for_planning(const PlanContext& ctx, const PlanFacts& facts, const Schedule& schedule,
+                                        const Program* lowered = nullptr);
 
 // With `--codec auto` (ctx.ssd_codec unset), plan_policy keeps a plan made with codecs only when
 // the simulator predicts its iteration more than this much faster than the plan the same policy

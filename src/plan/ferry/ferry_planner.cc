@@ -131,9 +131,10 @@ class Planner {
       // Live bytes first (cheap); the placement only once they fit.
       PlanAttempt a;
       FERRY_ASSIGN_OR_RETURN(a.schedule, complete_schedule(f_, intent()));
-      FERRY_ASSIGN_OR_RETURN(a.measure, measure_schedule(f_, a.schedule, /*place=*/false));
+      FERRY_ASSIGN_OR_RETURN(const Program program, lower_for_planning(f_, a.schedule));
+      FERRY_ASSIGN_OR_RETURN(a.measure, measure_program(f_, a.schedule, program, /*place=*/false));
       if (a.measure.live_peak_bytes <= ctx_.budget_bytes) {
-        FERRY_ASSIGN_OR_RETURN(a.measure, measure_schedule(f_, a.schedule, /*place=*/true, ctx_.budget_bytes));
+        FERRY_ASSIGN_OR_RETURN(a.measure, measure_program(f_, a.schedule, program, /*place=*/true, ctx_.budget_bytes));
         a.fits = a.measure.device_bytes <= ctx_.budget_bytes;
       }
       const bool progress = decided_ > decided_before;
@@ -1016,12 +1017,15 @@ class Planner {
   Result<std::optional<PlanAttempt>> try_plan(double than_us, bool refine) {
     PlanAttempt a;
     FERRY_ASSIGN_OR_RETURN(a.schedule, complete_schedule(f_, intent()));
-    FERRY_ASSIGN_OR_RETURN(a.measure, measure_schedule(f_, a.schedule, /*place=*/false));
+    // Lowered once for the live bytes, the simulation and the placement.
+    FERRY_ASSIGN_OR_RETURN(const Program program, lower_for_planning(f_, a.schedule));
+    FERRY_ASSIGN_OR_RETURN(a.measure, measure_program(f_, a.schedule, program, /*place=*/false));
     if (a.measure.live_peak_bytes > ctx_.budget_bytes) return std::optional<PlanAttempt>();
     ++polish_simulated_;
-    FERRY_ASSIGN_OR_RETURN(SimResult sim, simulate(a.schedule));
+    FERRY_ASSIGN_OR_RETURN(SimResult sim, simulate_for_planning(ctx_, f_, a.schedule, &program));
     if (sim.iteration_us >= than_us * (1 - 1e-6)) return std::optional<PlanAttempt>();
-    FERRY_ASSIGN_OR_RETURN(a.measure, measure_schedule(f_, a.schedule, /*place=*/true, ctx_.budget_bytes, refine));
+    FERRY_ASSIGN_OR_RETURN(a.measure,
+                           measure_program(f_, a.schedule, program, /*place=*/true, ctx_.budget_bytes, refine));
     a.fits = a.measure.device_bytes <= ctx_.budget_bytes;
     if (!a.fits) return std::optional<PlanAttempt>();
     best_us_ = sim.iteration_us;
