@@ -266,9 +266,9 @@ void unite_runs(std::vector<ByteRange>& v, std::vector<size_t>& runs, std::vecto
   while (runs.size() > 1) {
     scratch.resize(v.size());
     size_t kept = 0, begin = 0;
+    const ByteRange* at = v.data();
     ByteRange* out = scratch.data();
     for (size_t k = 0; k < runs.size(); k += 2) {
-      const ByteRange* at = v.data();
       const size_t mid = runs[k], end = k + 1 < runs.size() ? runs[k + 1] : runs[k];
       out = unite(at + begin, at + mid, at + mid, at + end, out);
       runs[kept++] = static_cast<size_t>(out - scratch.data());

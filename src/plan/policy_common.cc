@@ -547,12 +547,12 @@ Result<SimResult> simulate_for_planning(const PlanContext& ctx, const PlanFacts&
     coded = schedule;
     attach_ssd_codecs(facts.ssd_codec, coded);
   }
+  const bool lower_here = attach || lowered == nullptr;
   Program own;
-  if (attach || lowered == nullptr) {
+  if (lower_here) {
     FERRY_ASSIGN_OR_RETURN(own, lower_schedule_for_valid_graph(facts.g(), attach ? coded : schedule, facts.program_options));
-    own.budget_bytes = 0;
   }
-  const Program& program = attach || lowered == nullptr ? own : *lowered;
+  const Program& program = lower_here ? own : *lowered;
   SimOptions so;
   so.budget_bytes = 0;  // memory is judged by measure_schedule(); time does not depend on the budget
   so.op_scratch_bytes = facts.program_options.op_scratch_bytes;
