@@ -822,10 +822,12 @@ class Planner {
   //   hold memory longer, and promoting buffers for each was most of the planning time). Then
   //   the host updates' weights that stall get their swap-ins issued earlier. plan_ferry runs
   //   this kind on its winner only, after the kStalls polish of every candidate, so the plans it
-  //   compares are those of before.
+  //   compares are those of before. With `swap_out_waits`, the activations whose swap-outs are
+  //   waited for come next. With `copy_order`, either kind ends with the order of the copies on
+  //   the link (realign_releases, order_weight_swap_ins).
   enum class Polish { kStalls, kRecomputes };
   Result<PlanAttempt> polish(PlanAttempt best, int rounds, int max_evaluations, Polish kind,
-                             bool swap_out_waits = false) {
+                             bool swap_out_waits = false, bool copy_order = false) {
     FERRY_ASSIGN_OR_RETURN(SimResult sim, simulate(best.schedule));
     double best_us = sim.iteration_us;
     int budget = max_evaluations;
@@ -971,8 +973,144 @@ class Planner {
         if (!improved) break;
       }
     }
+    // Last, in either kind, the order of the copies on the link (FerryTuning::polish_copy_order),
+    // with tries of their own.
+    if (copy_order) {
+      budget = std::min(kSwapOutWaitTries, max_evaluations);
+      FERRY_RETURN_IF_ERROR(realign_releases(best, rounds, budget, try_change));
+      FERRY_RETURN_IF_ERROR(order_weight_swap_ins(budget, try_change));
+    }
     best.notes = summary() + fmt::format("; polished with {} tries, {} simulated", polish_tries_, polish_simulated_);
     return best;
+  }
+
+  // The releases that wait for their copy: a host update's gradient (book_host_traffic() releases
+  // it where its copy would be done on the fluid link book) and a swapped activation (released
+  // after its last use before its first swapped gap). On the simulated link, FIFO in program
+  // order, a copy queues behind those issued before it (a bias's gradient behind its weight's),
+  // and the release holds the compute stream until it has left. Each round simulates the plan and
+  // moves such releases to the first step that starts after their copy is done there (a host
+  // update, issued with its gradient's release, moves with it): the longest waits first, all of
+  // them in one try, else the longer half, quarter, ...; where none is kept, one at a time
+  // while `budget` lasts. `best` is the polish's plan, which `try_change` replaces.
+  template <typename TryChange>
+  Status realign_releases(const PlanAttempt& best, int rounds, int& budget, TryChange& try_change) {
+    struct Shift {
+      double wait = 0;
+      TensorId tensor = kNoTensor;
+      int gap = -1;  // the activation's gap whose release moves; -1: a host update's gradient
+      OpId to = 0;
+      bool operator<(const Shift& o) const { return wait > o.wait; }
+    };
+    std::vector<bool> host_grad(g_.tensors.size(), false);
+    for (OpId u : host_ops_) host_grad[idx(g_.op(u).inputs[1])] = true;
+    for (int round = 0; round < rounds && budget > 0; ++round) {
+      FERRY_ASSIGN_OR_RETURN(SimResult sim, simulate(best.schedule));
+      // The release came after step `was`'s op and waited `wait` for the copy; without that wait
+      // the later ops start `wait` earlier (and more, where later waits go too: the next round
+      // sees those). It goes after the last op that starts before the copy is done there.
+      auto target = [&](OpId was, double wait) {
+        const double done = sim.step_start_us[static_cast<size_t>(was)] + f_.op_us[static_cast<size_t>(was)] + wait;
+        OpId to = was;
+        while (static_cast<size_t>(to) + 1 < n_ && sim.step_start_us[static_cast<size_t>(to) + 1] - wait < done) ++to;
+        return to;
+      };
+      std::vector<Shift> moves;
+      for (size_t t = 0; t < g_.tensors.size(); ++t) {
+        const double wait = sim.swap_out_wait_us[t];
+        if (wait <= 0.5 || g_.tensors[t].persistent()) continue;
+        if (host_grad[t]) {
+          const OpId was = host_at_[t];
+          if (was == kNoOp) continue;
+          if (const OpId to = target(was, wait); to != was) moves.push_back({wait, static_cast<TensorId>(t), -1, to});
+          continue;
+        }
+        int first = -1;
+        for (int id : ts_[t].gaps) {
+          const Gap& gap = gaps_[static_cast<size_t>(id)];
+          if (gap.move() == Move::kSwap && !gap.cyclic && (first < 0 || gap.from < gaps_[static_cast<size_t>(first)].from))
+            first = id;
+        }
+        if (first < 0) continue;
+        const Option& o = gaps_[static_cast<size_t>(first)].decided;
+        const OpId to = static_cast<OpId>(std::min<int64_t>(target(o.release_after, wait), o.hi1 - 1));
+        if (to > o.release_after) moves.push_back({wait, static_cast<TensorId>(t), first, to});
+      }
+      if (moves.empty()) break;
+      std::sort(moves.begin(), moves.end());
+      const std::vector<OpId> host_before = host_at_;
+      std::vector<std::pair<int, Option>> gaps_before;
+      for (const Shift& m : moves)
+        if (m.gap >= 0) gaps_before.emplace_back(m.gap, gaps_[static_cast<size_t>(m.gap)].decided);
+      auto apply = [&](size_t first, size_t count) {  // moves[first, first + count)
+        for (size_t i = first; i < first + count; ++i) {
+          const Shift& m = moves[i];
+          if (m.gap < 0) {
+            host_at_[idx(m.tensor)] = m.to;
+          } else {
+            Option& o = gaps_[static_cast<size_t>(m.gap)].decided;
+            o.release_after = m.to;
+            o.lo1 = static_cast<int64_t>(m.to) + 1;
+          }
+        }
+        refresh_copies();
+      };
+      auto undo = [&] {
+        host_at_ = host_before;
+        for (auto& [id, d] : gaps_before) gaps_[static_cast<size_t>(id)].decided = d;
+        refresh_copies();
+      };
+      bool kept = false;
+      for (size_t count = moves.size(); count >= 1 && budget > 0 && !kept; count /= 2) {
+        FERRY_ASSIGN_OR_RETURN(kept, try_change([&] { apply(0, count); }, undo, true));
+      }
+      if (kept) continue;
+      // One at a time; the first kept ends the round (`undo` restores what the round began with).
+      for (size_t i = 1; i < moves.size() && budget > 0 && !kept; ++i) {
+        FERRY_ASSIGN_OR_RETURN(kept, try_change([&] { apply(i, 1); }, undo, false));
+      }
+      if (!kept) break;
+    }
+    return Status::Ok();
+  }
+
+  // The host updates' weights come back in the order they are first read. book_host_traffic()
+  // books each weight's copy backwards from its first read on the fluid link book, where a weight
+  // read later can find a free slot before one read earlier and be issued first; the simulated
+  // link serves copies in issue order, so the earlier weight then waits behind it (GPT-2's
+  // attention output projection behind the next block's weights). One try: each weight is issued
+  // no later than every weight first read after it.
+  template <typename TryChange>
+  Status order_weight_swap_ins(int& budget, TryChange& try_change) {
+    if (host_at_.empty() || budget <= 0) return Status::Ok();
+    std::vector<bool> host_op(n_, false);
+    for (OpId u : host_ops_) host_op[static_cast<size_t>(u)] = true;
+    std::vector<OpId> first_read(g_.tensors.size(), kNoOp);
+    for (const Op& op : g_.ops)
+      if (!host_op[static_cast<size_t>(op.id)])
+        for (TensorId t : op.inputs)
+          if (first_read[idx(t)] == kNoOp) first_read[idx(t)] = op.id;
+    std::vector<std::pair<OpId, TensorId>> weights;  // (first read, weight) of host-updated weights
+    for (OpId u : host_ops_)
+      for (TensorId t : g_.op(u).inputs)
+        if (g_.tensor(t).persistent() && first_read[idx(t)] != kNoOp && host_at_[idx(t)] != kNoOp)
+          weights.emplace_back(first_read[idx(t)], t);
+    std::sort(weights.begin(), weights.end());
+    weights.erase(std::unique(weights.begin(), weights.end()), weights.end());
+    const std::vector<OpId> before = host_at_;
+    std::vector<OpId> ordered = host_at_;
+    OpId latest = static_cast<OpId>(n_);
+    bool changed = false;
+    for (auto it = weights.rbegin(); it != weights.rend(); ++it) {
+      OpId& at = ordered[idx(it->second)];
+      if (at > latest) {
+        at = latest;
+        changed = true;
+      }
+      latest = at;
+    }
+    if (!changed) return Status::Ok();
+    return try_change([&] { host_at_ = ordered; }, [&] { host_at_ = before; }, true).status();
   }
 
   // What else a decided swap could be: fetched earlier (1, 2, 4, ... steps), recomputed, kept.
@@ -1244,7 +1382,7 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
                                           std::min<int64_t>(16, tuning.max_recompute_polish_tries),
                                           tuning.max_recompute_polish_tries * int64_t{2000} / ops));
     FERRY_ASSIGN_OR_RETURN(v.attempt, v.planner->polish(std::move(*v.attempt), tuning.repair_rounds, tries, kind,
-                                                        tuning.polish_swap_out_waits));
+                                                        tuning.polish_swap_out_waits, tuning.polish_copy_order));
     return Status::Ok();
   };
   auto simulated_us = [&](const Variant& v) -> Result<double> {

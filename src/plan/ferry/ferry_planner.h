@@ -39,6 +39,12 @@ struct FerryTuning {
   // release waits for the copy) are released later, recomputed or kept where that is faster (at
   // most 96 tries more, and no more than that pass's own tries on large graphs).
   bool polish_swap_out_waits = true;
+  // Every polish ends with the order of the copies on the simulated link, which serves them in
+  // issue order: releases that wait for their copy (host updates' gradients, swapped activations)
+  // move to where it is done, and the host updates' weights coming back are issued in the order
+  // they are first read (each kept only where the plan fits and simulates faster; at most 96
+  // tries more, no more than the polish's own on large graphs).
+  bool polish_copy_order = true;
   // Also plan with the optimizer updates on the host (ZeRO-Offload, plan/ferry/host_updates.h) where
   // the profile has a host optimizer rate, and keep whichever simulates faster.
   bool host_updates = true;
