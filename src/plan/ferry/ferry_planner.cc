@@ -215,7 +215,8 @@ class Planner {
       if (!host_op[static_cast<size_t>(op.id)])
         for (TensorId t : op.inputs)
           if (first_read[idx(t)] == kNoOp) first_read[idx(t)] = op.id;
-    std::vector<std::pair<OpId, TensorId>> weights;
+    std::vector<std::pair<OpId, TensorId>>& weights = host_weights_;
+    weights.clear();
     // Swap-outs leave in FIFO order: in producer order, a gradient's copy is done no earlier than
     // the copies issued before it.
     const std::vector<OpId> by_producer = by_gradient_order(f_, host_ops_);
@@ -1082,26 +1083,12 @@ class Planner {
   // no later than every weight first read after it.
   template <typename TryChange>
   Status order_weight_swap_ins(int& budget, TryChange& try_change) {
-    if (host_at_.empty() || budget <= 0) return Status::Ok();
-    std::vector<bool> host_op(n_, false);
-    for (OpId u : host_ops_) host_op[static_cast<size_t>(u)] = true;
-    std::vector<OpId> first_read(g_.tensors.size(), kNoOp);
-    for (const Op& op : g_.ops)
-      if (!host_op[static_cast<size_t>(op.id)])
-        for (TensorId t : op.inputs)
-          if (first_read[idx(t)] == kNoOp) first_read[idx(t)] = op.id;
-    std::vector<std::pair<OpId, TensorId>> weights;  // (first read, weight) of host-updated weights
-    for (OpId u : host_ops_)
-      for (TensorId t : g_.op(u).inputs)
-        if (g_.tensor(t).persistent() && first_read[idx(t)] != kNoOp && host_at_[idx(t)] != kNoOp)
-          weights.emplace_back(first_read[idx(t)], t);
-    std::sort(weights.begin(), weights.end());
-    weights.erase(std::unique(weights.begin(), weights.end()), weights.end());
+    if (host_weights_.empty() || budget <= 0) return Status::Ok();
     const std::vector<OpId> before = host_at_;
     std::vector<OpId> ordered = host_at_;
     OpId latest = static_cast<OpId>(n_);
     bool changed = false;
-    for (auto it = weights.rbegin(); it != weights.rend(); ++it) {
+    for (auto it = host_weights_.rbegin(); it != host_weights_.rend(); ++it) {
       OpId& at = ordered[idx(it->second)];
       if (at > latest) {
         at = latest;
@@ -1218,6 +1205,9 @@ class Planner {
   const std::vector<OpId> host_ops_;
   std::vector<bool> host_operand_;  // per tensor: a persistent operand of a host update
   std::vector<OpId> host_at_;  // per tensor: a host update's weight: swap-in step; gradient: release step
+  // (first device read, weight) of the host updates' weights read on the device, sorted
+  // (book_host_traffic(), which gives each its host_at_).
+  std::vector<std::pair<OpId, TensorId>> host_weights_;
   std::vector<double> start_us_;
   std::optional<LinkBook> out_link_, in_link_;
   std::optional<StepTree> tree_;
