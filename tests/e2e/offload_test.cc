@@ -291,6 +291,43 @@ TEST(TightPlans, AtTheSmallestBudgetTrainBitwise) {
   }
 }
 
+// Ferry's plans whose recomputes read kept sources (FerryTuning::kept_source_variants: a small
+// forward-only input kept on the device to the recompute, a source recomputed before its reader):
+// DenseNet on the V100 profile at low budgets, where they win, trained on the CPU backend within the
+// budget give bitwise the losses, weights and optimizer state of training without a plan.
+TEST(KeptSourcePlans, TrainBitwiseWithinTheBudget) {
+  ModelConfig c;  // DenseNet-121's blocks of 6 to 24 layers, on CIFAR-sized images
+  c.batch = 16;
+  c.image = 32;
+  c.train.optimizer = OptimizerKind::kAdam;
+  c.train.lr = 1e-3f;
+  const Graph g = build_model("densenet121", c).value();
+  auto backend = make_backend("cpu").value();
+  auto compiled = backend->compile(g).value();
+  const Graph sized = with_backend_sizes(g, *compiled);
+  const CostModel cost(load_profile("v100-16gb-pcie3").value());
+  Result<Outcome> reference = train(g, nullptr);
+  ASSERT_TRUE(reference.ok()) << reference.status().message();
+  PlanContext ctx{.graph = sized, .cost = cost, .op_scratch_bytes = compiled->all_scratch_bytes()};
+  Result<PlanReport> none = plan_policy("none", ctx);
+  ASSERT_TRUE(none.ok()) << none.status().message();
+  int kept = 0;
+  for (double fraction : {0.2, 0.15}) {
+    ctx.budget_bytes = static_cast<uint64_t>(fraction * static_cast<double>(none->device_bytes));
+    SCOPED_TRACE(fmt::format("densenet121 (image 32, batch 16) at {}% ({} bytes)", 100 * fraction, ctx.budget_bytes));
+    Result<PlanReport> plan = plan_policy("ferry", ctx);
+    if (!plan.ok() && plan.status().code() == StatusCode::kOutOfMemory) continue;
+    ASSERT_TRUE(plan.ok()) << plan.status().message();
+    if (plan->notes.find("(kept sources:") == std::string::npos) continue;
+    ++kept;
+    Result<Outcome> run = train(g, &plan->schedule, true, ctx.budget_bytes);
+    ASSERT_TRUE(run.ok()) << run.status().message();
+    expect_same_training(*run, *reference);
+    EXPECT_LE(run->measured_peak, ctx.budget_bytes);
+  }
+  EXPECT_GE(kept, 1) << "no plan read kept sources: the case proves nothing";
+}
+
 // Lowering refuses host updates whose operands are not where the host can read them.
 TEST(HostUpdateRules, LoweringRefusesWhatTheHostCannotRun) {
   const Graph g = model("gpt2-mini");

@@ -115,10 +115,11 @@ class Planner {
   // `tight`: the fallback where no plan fitted (plan_ferry): a forced swap may issue the tensor's
   // swap-out earlier than its booking (forced_option). `recompute`: false plans swaps only.
   Planner(const PlanContext& ctx, const PlanFacts& facts, double link_weight, std::vector<OpId> host_ops = {},
-          bool count_interference = true, bool tight = false, bool recompute = true, bool host_inner_gaps = true)
+          bool count_interference = true, bool tight = false, bool recompute = true, bool host_inner_gaps = true,
+          bool kept_sources = false)
       : ctx_(ctx), f_(facts), g_(facts.g()), n_(g_.ops.size()), link_weight_(link_weight),
         count_interference_(count_interference), tight_(tight), recompute_(recompute),
-        host_inner_gaps_(host_inner_gaps), host_ops_(std::move(host_ops)) {}
+        host_inner_gaps_(host_inner_gaps), kept_sources_(kept_sources), host_ops_(std::move(host_ops)) {}
 
   Result<PlanAttempt> run(std::vector<PlanDecision>* decisions) {
     if (ctx_.budget_bytes == 0) return finish_attempt(ctx_, f_, empty_schedule(ctx_, "ferry"));
@@ -195,6 +196,7 @@ class Planner {
     index_.emplace(n_);
     collect_accesses();
     pins_.assign(g_.tensors.size(), {});
+    extended_until_.assign(g_.tensors.size(), kNoOp);
     make_gaps();
     exact_stamp_.assign(gaps_.size(), 0);
   }
@@ -270,8 +272,13 @@ class Planner {
       if (f_.recomputable(t.id)) chain_facts(t.id);
   }
 
+  // Whether a recompute of t reads its forward-only input u where it is (kept on the device from
+  // its last forward use to the recompute) instead of recomputing it along.
+  bool extended(TensorId u, TensorId t) const { return kept_sources_ && 4 * bytes_of(u) <= bytes_of(t); }
+
   // The ops a recompute of t runs: its producer and, through inputs that are forward-only
-  // intermediates (dead by then in the keep plan), theirs; everything else it reads is a source.
+  // intermediates (dead by then in the keep plan) and not extended, theirs; everything else it
+  // reads is a source.
   void chain_facts(TensorId t) {
     TensorState& s = ts_[idx(t)];
     s.recomputable = true;
@@ -286,7 +293,7 @@ class Planner {
       s.chain_us += f_.op_us[static_cast<size_t>(p)];
       if (u != t) s.chain_temp_bytes += bytes_of(u);
       for (TensorId in : g_.op(p).inputs) {
-        if (f_.recomputable(in) && f_.info(in).first_backward_use == kNoOp && seen.size() < 64)
+        if (f_.recomputable(in) && f_.info(in).first_backward_use == kNoOp && seen.size() < 64 && !extended(in, u))
           work.push_back(in);
         else
           s.sources.push_back(in);
@@ -447,15 +454,17 @@ class Planner {
     return o;
   }
 
-  Option recompute_option(const Gap& gap) const {
+  // `s`: the peak step it is to free (a pull that brings a source back there is not offered).
+  Option recompute_option(const Gap& gap, int64_t peak = -1) const {
     Option o;
     o.move = Move::kRecompute;
     const TensorState& s = ts_[idx(gap.tensor)];
     if (!recompute_ || !s.recomputable || gap.cyclic || g_.tensor(gap.tensor).persistent()) return o;
     const OpId end = end_of(gap);
-    // Its sources must be on the device when it runs (they are pinned there once it is decided).
+    // Its sources must be on the device when it runs (they are pinned there once it is decided),
+    // or be recomputed themselves by then: a source's decided recompute is moved forward to it.
     for (TensorId u : s.sources)
-      if (away_gap(u, end) != nullptr) return o;
+      if (const Gap* away = away_gap(u, end); away != nullptr && !pullable(*away, end, peak)) return o;
     o.lo1 = gap.from + 1;
     o.hi1 = end - 1;
     o.release_after = gap.from;
@@ -465,7 +474,35 @@ class Planner {
     return o;
   }
 
+  // Whether a decided recompute that has its tensor away at `step` can run before `step` instead
+  // (its own sources on the device there), so that another recompute reads it at `step`.
+  bool pullable(const Gap& away, OpId step, int64_t peak) const {
+    if (!kept_sources_) return false;
+    if (away.move() != Move::kRecompute || away.cyclic || away.decided.lo1 >= step) return false;
+    if (peak >= step && peak <= away.decided.hi1) return false;
+    for (TensorId w : ts_[idx(away.tensor)].sources)
+      if (away_gap(w, step) != nullptr) return false;
+    return true;
+  }
+
+  // Recomputes the tensor of a decided recompute gap before `step` instead of at its end: it is
+  // back on the device from there, and its sources are pinned there.
+  void pull(Gap& away, OpId step) {
+    const TensorState& s = ts_[idx(away.tensor)];
+    Option& d = away.decided;
+    tree_->add(step, d.hi1, static_cast<int64_t>(bytes_of(away.tensor)));
+    tree_->add(d.fetch_before, d.fetch_before, -static_cast<int64_t>(s.chain_temp_bytes));
+    tree_->add(step, step, static_cast<int64_t>(s.chain_temp_bytes));
+    d.hi1 = step - 1;
+    d.fetch_before = step;
+    for (TensorId w : s.sources) pins_[idx(w)].push_back(step);
+    ++pulled_;
+  }
+
   // The decided gap of u that has it away at `step`, if any.
+  Gap* away_gap(TensorId u, OpId step) {
+    return const_cast<Gap*>(static_cast<const Planner*>(this)->away_gap(u, step));
+  }
   const Gap* away_gap(TensorId u, OpId step) const {
     for (int id : ts_[idx(u)].gaps) {
       const Gap& g = gaps_[static_cast<size_t>(id)];
@@ -547,7 +584,7 @@ class Planner {
     };
     if (gap.move() == Move::kSwap) {
       if (gap.decided.covers(s)) return best;
-      consider(recompute_option(gap));
+      consider(recompute_option(gap, s));
       if (gap.fetch_before() != end_of(gap)) consider(late_option(gap));
       consider(forced_option(gap));
       return best;
@@ -562,7 +599,7 @@ class Planner {
       return best;
     }
     if (swaps_allowed()) consider(swap_option(gap, s));
-    consider(recompute_option(gap));
+    consider(recompute_option(gap, s));
     return best;
   }
 
@@ -706,7 +743,18 @@ class Planner {
       gap.alternative = alt.ok ? fmt::format("recompute, {:.1f} us", alt.cost_us) : "recompute: not possible";
     } else {
       tree_->add(o.fetch_before, o.fetch_before, static_cast<int64_t>(s.chain_temp_bytes));
-      for (TensorId u : s.sources) pins_[idx(u)].push_back(o.fetch_before);
+      for (TensorId u : s.sources) {
+        if (Gap* away = away_gap(u, o.fetch_before); away != nullptr) pull(*away, o.fetch_before);
+        pins_[idx(u)].push_back(o.fetch_before);
+        if (kept_sources_ && !g_.tensor(u).persistent() && f_.info(u).first_backward_use == kNoOp) {
+          OpId& until = extended_until_[idx(u)];
+          if (until == kNoOp) until = f_.forward_end(u);
+          if (o.fetch_before > until) {
+            tree_->add(until + 1, o.fetch_before, static_cast<int64_t>(bytes_of(u)));
+            until = o.fetch_before;
+          }
+        }
+      }
       gap.alternative = swaps_allowed() ? fmt::format("swap, {:.1f} us of link time",
                                                       in_us(gap.tensor) + (s.has_copy ? 0 : out_us(gap.tensor)))
                                         : "swap: not allowed (--tier none)";
@@ -799,12 +847,43 @@ class Planner {
     // Forward-only ancestors a recompute reads leave after their last forward use (recomputed
     // along on demand), instead of living until the recompute.
     std::vector<bool> closed = dropped;
-    close_recompute_sources(f_, closed);
+    if (!kept_sources_) {
+      close_recompute_sources(f_, closed);
+    } else {
+      std::vector<TensorId> work;
+      for (const Tensor& t : g_.tensors)
+        if (dropped[idx(t.id)]) work.push_back(t.id);
+      while (!work.empty()) {
+        const TensorId t = work.back();
+        work.pop_back();
+        const OpId p = f_.producer[idx(t)];
+        if (p == kNoOp) continue;
+        for (TensorId u : g_.op(p).inputs) {
+          if (closed[idx(u)] || !f_.recomputable(u) || f_.info(u).first_backward_use != kNoOp || extended(u, t)) continue;
+          closed[idx(u)] = true;
+          work.push_back(u);
+        }
+      }
+    }
     for (const Tensor& t : g_.tensors)
       if (closed[idx(t.id)] && !dropped[idx(t.id)])
         releases[static_cast<size_t>(f_.forward_end(t.id))].push_back(release_action(t.id));
     for (size_t i = 0; i < n_; ++i)
       for (const Action& a : releases[i]) add_after(s, static_cast<OpId>(i), a);
+    // Recomputes before the same step run in their producers' order (a pulled recompute feeds
+    // the one that pulled it); the other actions keep their places.
+    for (std::vector<Action>& list : s.before) {
+      std::vector<size_t> at;
+      std::vector<TensorId> ts;
+      for (size_t k = 0; k < list.size(); ++k)
+        if (list[k].kind == ActionKind::kRecompute) {
+          at.push_back(k);
+          ts.push_back(list[k].tensor);
+        }
+      if (ts.size() < 2) continue;
+      std::stable_sort(ts.begin(), ts.end(), [&](TensorId a, TensorId b) { return f_.producer[idx(a)] < f_.producer[idx(b)]; });
+      for (size_t k = 0; k < at.size(); ++k) list[at[k]].tensor = ts[k];
+    }
     if (!host_ops_.empty()) return with_host_updates(f_, std::move(s), host_ops_, &host_at_);
     return s;
   }
@@ -1170,6 +1249,10 @@ class Planner {
                         : fmt::format(" (tight{}, {} offloaded for their inner gaps)", recompute_ ? "" : ", swaps only",
                                       inner_offloads_);
     if (!host_inner_gaps_) tight += " (host updates' weights stay between their reads)";
+    if (kept_sources_) {
+      const auto kept = std::count_if(extended_until_.begin(), extended_until_.end(), [](OpId u) { return u != kNoOp; });
+      tight += fmt::format(" (kept sources: {} kept to their recompute, {} recomputes pulled forward)", kept, pulled_);
+    }
     return fmt::format("link weight {}{}: {} gaps swapped, {} recomputed, {} persistent tensors offloaded, {} updates on "
                        "the host; link {:.0f}% booked",
                        link_weight_, tight, swaps, recomputes, offloaded, host_ops_.size(), 100 * out_link_->utilisation());
@@ -1202,6 +1285,11 @@ class Planner {
   const bool tight_;
   const bool recompute_;
   const bool host_inner_gaps_;  // a host update's operands may leave between their reads (inner gaps)
+  // Recomputes read what is on the device: a forward-only input a quarter of the recomputed
+  // tensor's size or less is kept from its last forward use to the recompute (extended), not
+  // recomputed along; a source that is away by a decided recompute is recomputed before (pulled).
+  const bool kept_sources_;
+  std::vector<OpId> extended_until_;  // per extended tensor: the last step the profile keeps it to
   const std::vector<OpId> host_ops_;
   std::vector<bool> host_operand_;  // per tensor: a persistent operand of a host update
   std::vector<OpId> host_at_;  // per tensor: a host update's weight: swap-in step; gradient: release step
@@ -1218,6 +1306,7 @@ class Planner {
   std::vector<Gap> gaps_;
   std::vector<size_t> exact_stamp_;  // per gap: decided_ + 1 when its key is exact for this state
   size_t decided_ = 0;
+  size_t pulled_ = 0;  // decided recomputes moved forward to a recompute that reads them (pull)
   size_t inner_offloads_ = 0;  // tight: persistent tensors offloaded to take an inner gap away
 };
 
@@ -1242,6 +1331,9 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
   // reads (host_inner_variants): apart from best and second, so that those come out as without
   // these variants; polished too, and taken only when it is faster after its polish.
   Variant kept_weights;
+  // The fastest fitting plan whose recomputes read what is on the device (kept_source_variants):
+  // apart from the others, polished too, and taken only when it is faster after its polish.
+  Variant sourced;
   // Every link weight with all updates on the device, and (where the profile has a host optimizer
   // rate) with every update that can run there on the host: the simulator picks.
   // A third set runs on the host only the updates the host lane finishes behind the backward pass.
@@ -1257,14 +1349,18 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
   // Plans one variant and keeps it when it beats the best so far; returns its simulated time
   // (infinity when it does not fit).
   auto consider = [&](double weight, const std::vector<OpId>& host_ops, bool count_interference, bool tight = false,
-                      bool recompute = true, bool host_inner_gaps = true) -> Result<double> {
+                      bool recompute = true, bool host_inner_gaps = true, bool kept_sources = false) -> Result<double> {
     auto p = std::make_unique<planner::Planner>(ctx, facts, weight, host_ops, count_interference, tight, recompute,
-                                                host_inner_gaps);
+                                                host_inner_gaps, kept_sources);
     FERRY_ASSIGN_OR_RETURN(PlanAttempt a, p->run(nullptr));
     double us = std::numeric_limits<double>::infinity();
     if (a.fits) {
       FERRY_ASSIGN_OR_RETURN(SimResult sim, simulate_for_planning(ctx, facts, a.schedule));
       us = sim.iteration_us;
+    }
+    if (kept_sources) {
+      if (a.fits && us < sourced.us) sourced = Variant{std::move(a), std::move(p), us, host_ops};
+      return us;
     }
     if (!host_inner_gaps) {
       if (a.fits && us < kept_weights.us) kept_weights = Variant{std::move(a), std::move(p), us, host_ops};
@@ -1304,6 +1400,19 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
       if (!set.empty())
         for (double weight : tuning.link_weights)
           FERRY_RETURN_IF_ERROR(consider(weight, set, true, false, true, /*host_inner_gaps=*/false).status());
+  // Recomputes that read what is on the device (Planner::kept_sources_): every link weight with
+  // the host set of the fastest plan so far, both with and without its weights' inner gaps. Where
+  // a recompute's forward-only inputs are much smaller than it (DenseNet: a layer's concatenation
+  // of the block's earlier features), keeping them beats recomputing them along; where a source
+  // was taken away by a recompute first, recomputing it earlier beats swapping the reader.
+  if (ctx.budget_bytes != 0 && tuning.kept_source_variants && ctx.allow_recompute) {
+    const std::vector<OpId> set = best.host_ops;
+    for (bool inner : {true, false}) {
+      if (!inner && (set.empty() || !tuning.host_inner_variants)) continue;
+      for (double weight : tuning.link_weights)
+        FERRY_RETURN_IF_ERROR(consider(weight, set, true, false, true, inner, /*kept_sources=*/true).status());
+    }
+  }
   // Host/link splits (host_split_order): the first k updates on the host, the rest on the device.
   // How much of the device's state must cross the link depends on the budget, so k is searched:
   // the cost model's balance (balanced_host_split) and a tenth of the updates either side with
@@ -1389,19 +1498,33 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
       if (second.attempt->fits && second.us < best.us) best = std::move(second);
     }
   }
-  if (kept_weights.attempt) {
+  // The plan a variant apart replaced: its recompute polish may make it the faster again.
+  Variant replaced;
+  for (Variant* apart : {&kept_weights, &sourced}) {
+    if (!apart->attempt) continue;
     if (polishing) {
-      FERRY_RETURN_IF_ERROR(polish(kept_weights));
-      FERRY_ASSIGN_OR_RETURN(kept_weights.us, simulated_us(kept_weights));
+      FERRY_RETURN_IF_ERROR(polish(*apart));
+      FERRY_ASSIGN_OR_RETURN(apart->us, simulated_us(*apart));
     }
     if (best.attempt->fits) {
       FERRY_ASSIGN_OR_RETURN(best.us, simulated_us(best));
     }
-    if (kept_weights.attempt->fits && (!best.attempt->fits || kept_weights.us < best.us)) best = std::move(kept_weights);
+    if (apart->attempt->fits && (!best.attempt->fits || apart->us < best.us)) {
+      if (best.attempt->fits) replaced = std::move(best);
+      best = std::move(*apart);
+    }
   }
-  // The costly recomputes of the winner only (each candidate polished so would triple its time).
-  if (best.attempt->fits && polishing && tuning.max_recompute_polish_tries > 0)
+  // The costly recomputes of the winner only (each candidate polished so would triple its time),
+  // and of the plan a variant apart replaced, which is taken back where it is then faster.
+  if (best.attempt->fits && polishing && tuning.max_recompute_polish_tries > 0) {
     FERRY_RETURN_IF_ERROR(polish(best, Polish::kRecomputes));
+    if (replaced.attempt) {
+      FERRY_RETURN_IF_ERROR(polish(replaced, Polish::kRecomputes));
+      FERRY_ASSIGN_OR_RETURN(best.us, simulated_us(best));
+      FERRY_ASSIGN_OR_RETURN(replaced.us, simulated_us(replaced));
+      if (replaced.attempt->fits && replaced.us < best.us) best = std::move(replaced);
+    }
+  }
   PlanAttempt& plan = *best.attempt;
   if (decisions != nullptr) *decisions = best.planner->explain();
   // The rounds placed with a shortcut (the first placement within the budget); report the

@@ -51,6 +51,11 @@ struct FerryTuning {
   // Also plan every host set with the host updates' weights kept on the device between their
   // forward and backward reads (their inner gaps not offered), and keep whichever simulates faster.
   bool host_inner_variants = true;
+  // Also plan every link weight (with the fastest plan's host updates, their weights' inner gaps
+  // open and closed) with recomputes that read what is on the device: small forward-only inputs
+  // kept to the recompute instead of recomputed along, and a recompute's source that another
+  // recompute took away recomputed before it; keep whichever simulates faster.
+  bool kept_source_variants = true;
 };
 
 // Plans ctx with the Ferry planner. Returns the best attempt (which may not fit: the registry
