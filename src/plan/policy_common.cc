@@ -517,7 +517,8 @@ Result<Schedule> complete_schedule(const PlanFacts& facts, Schedule intent) {
   return Completion(facts, intent).run();
 }
 
-size_t close_recompute_sources(const PlanFacts& facts, std::vector<bool>& dropped) {
+size_t close_recompute_sources(const PlanFacts& facts, std::vector<bool>& dropped,
+                               const std::function<bool(TensorId, TensorId)>& kept) {
   const Graph& g = facts.g();
   std::vector<TensorId> work;
   for (const Tensor& t : g.tensors)
@@ -531,6 +532,7 @@ size_t close_recompute_sources(const PlanFacts& facts, std::vector<bool>& droppe
     for (TensorId u : g.op(p).inputs) {
       if (dropped[static_cast<size_t>(u)] || !facts.recomputable(u)) continue;
       if (facts.info(u).first_backward_use != kNoOp) continue;  // saved: alive in backward anyway
+      if (kept && kept(u, t)) continue;
       dropped[static_cast<size_t>(u)] = true;
       ++added;
       work.push_back(u);

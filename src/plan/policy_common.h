@@ -141,8 +141,10 @@ Result<Schedule> complete_schedule(const PlanFacts& facts, Schedule intent);
 // Forward-only producer inputs that a recompute of `dropped` tensors would read after their
 // natural death: dropping them too (release after their last forward use, recompute on demand)
 // keeps recomputation from pinning them for the whole idle interval. Adds them to `dropped`
-// (a per-tensor flag) and returns how many were added.
-size_t close_recompute_sources(const PlanFacts& facts, std::vector<bool>& dropped);
+// (a per-tensor flag) and returns how many were added. `kept(u, t)`, when given, names the
+// sources u that stay on the device until the recompute of t reads them instead.
+size_t close_recompute_sources(const PlanFacts& facts, std::vector<bool>& dropped,
+                               const std::function<bool(TensorId, TensorId)>& kept = {});
 
 // The simulator's prediction of `schedule`, lowered with the facts' program options (no timeline;
 // per-step starts and per-tensor swap-in waits recorded): the one timing model, shared with

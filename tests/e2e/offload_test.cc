@@ -125,6 +125,19 @@ void expect_same_training(const Outcome& run, const Outcome& reference) {
     EXPECT_TRUE(run.persistent[i] == reference.persistent[i]) << "persistent tensor " << i;
 }
 
+// `g` with the CPU backend's tensor sizes, and the scratch its ops need: what the planner and the
+// simulator see of the graph the executor runs.
+struct CpuSized {
+  Graph graph;
+  std::vector<uint64_t> scratch_bytes;  // per op
+};
+
+CpuSized cpu_sized(const Graph& g) {
+  auto backend = make_backend("cpu").value();
+  auto compiled = backend->compile(g).value();
+  return {with_backend_sizes(g, *compiled), compiled->all_scratch_bytes()};
+}
+
 // "gpt2_mini_ssd" for the (model, tier) suites below.
 std::string model_tier_name(const ::testing::TestParamInfo<std::tuple<const char*, Tier>>& info) {
   std::string n = std::string(std::get<0>(info.param)) + "_" + std::string(to_string(std::get<1>(info.param)));
@@ -152,20 +165,16 @@ TEST_P(OffloadAll, TrainsBitwiseLikeKeepingEverythingOnTheDevice) {
   ASSERT_TRUE(verified.ok()) << verified.status().message();
   EXPECT_EQ(verified->losses, reference->losses);
   // The simulator runs the same program: same live peak, and the tier holds every persistent byte.
-  auto backend = make_backend("cpu").value();
-  auto compiled = backend->compile(g).value();
-  Graph sized = g;
+  const CpuSized sized = cpu_sized(g);
   uint64_t persistent_bytes = 0;
-  for (Tensor& t : sized.tensors) {
-    t.bytes = compiled->tensor_bytes(t.id);
+  for (const Tensor& t : sized.graph.tensors)
     if (t.persistent()) persistent_bytes += t.bytes;
-  }
   const CostModel cost(load_profile("cpu-local").value());
   SimOptions so;
-  so.op_scratch_bytes = compiled->all_scratch_bytes();
+  so.op_scratch_bytes = sized.scratch_bytes;
   so.alignment = Backend::kDeviceAlignment;
   so.record_timeline = false;
-  Result<SimResult> sim = simulate(sized, s, cost, so);
+  Result<SimResult> sim = simulate(sized.graph, s, cost, so);
   ASSERT_TRUE(sim.ok()) << sim.status().message();
   EXPECT_EQ(sim->peak_in_use_bytes, run->measured_peak);
   EXPECT_GE(tier == Tier::kHost ? sim->peak_host_bytes : sim->peak_ssd_bytes, persistent_bytes);
@@ -197,16 +206,14 @@ TEST_P(HostUpdates, TrainBitwiseLikeUpdatingOnTheDevice) {
   ASSERT_TRUE(verified.ok()) << verified.status().message();
   expect_same_training(*verified, *reference);
 
-  auto backend = make_backend("cpu").value();
-  auto compiled = backend->compile(g).value();
-  const Graph sized = with_backend_sizes(g, *compiled);
+  const CpuSized sized = cpu_sized(g);
   HardwareProfile profile = load_profile("cpu-local").value();
   profile.host_optimizer_bytes_per_s = 18e9;  // cpu-local has none (its host is the device's CPU)
   const CostModel cost(profile);
   SimOptions so;
-  so.op_scratch_bytes = compiled->all_scratch_bytes();
+  so.op_scratch_bytes = sized.scratch_bytes;
   so.alignment = Backend::kDeviceAlignment;
-  Result<SimResult> sim = simulate(sized, s, cost, so);
+  Result<SimResult> sim = simulate(sized.graph, s, cost, so);
   ASSERT_TRUE(sim.ok()) << sim.status().message();
   EXPECT_EQ(sim->peak_in_use_bytes, run->measured_peak);
   EXPECT_EQ(sim->num_host_updates, count_updates(g));
@@ -226,15 +233,12 @@ TEST(HostUpdatesPlanned, KeepPlanRewrittenTrainsBitwise) {
   for (const char* name : {"resnet-mini", "gpt2-mini"}) {
     SCOPED_TRACE(name);
     const Graph g = model(name);
-    auto backend = make_backend("cpu").value();
-    auto compiled = backend->compile(g).value();
-    const Graph sized = with_backend_sizes(g, *compiled);
+    const CpuSized sized = cpu_sized(g);
     // cpu-local offers no host updates (its host is the CPU the kernels run on): give it a rate.
     HardwareProfile profile = load_profile("cpu-local").value();
     profile.host_optimizer_bytes_per_s = 18e9;
     const CostModel cost(profile);
-    PlanContext ctx{.graph = sized, .cost = cost};
-    ctx.op_scratch_bytes = compiled->all_scratch_bytes();
+    PlanContext ctx{.graph = sized.graph, .cost = cost, .op_scratch_bytes = sized.scratch_bytes};
     ctx.budget_bytes = 0;
     Result<PlanFacts> facts = make_plan_facts(ctx);
     ASSERT_TRUE(facts.ok()) << facts.status().message();
@@ -260,16 +264,14 @@ TEST(HostUpdatesPlanned, KeepPlanRewrittenTrainsBitwise) {
 TEST(TightPlans, AtTheSmallestBudgetTrainBitwise) {
   for (const char* name : {"resnet-mini", "gpt2-mini"}) {
     const Graph g = model(name);
-    auto backend = make_backend("cpu").value();
-    auto compiled = backend->compile(g).value();
-    const Graph sized = with_backend_sizes(g, *compiled);
+    const CpuSized sized = cpu_sized(g);
     const CostModel cost(load_profile("a100-40gb-pcie4").value());
     Result<Outcome> reference = train(g, nullptr);
     ASSERT_TRUE(reference.ok()) << reference.status().message();
     int tight = 0, inner = 0;  // tight plans; those that offloaded weights to free their inner gaps
     for (Tier tier : {Tier::kHost, Tier::kSsd}) {
       SCOPED_TRACE(fmt::format("{} on {}", name, to_string(tier)));
-      PlanContext ctx{.graph = sized, .cost = cost, .tier = tier, .op_scratch_bytes = compiled->all_scratch_bytes()};
+      PlanContext ctx{.graph = sized.graph, .cost = cost, .tier = tier, .op_scratch_bytes = sized.scratch_bytes};
       Result<uint64_t> min = find_min_budget("ferry", ctx);
       ASSERT_TRUE(min.ok()) << min.status().message();
       ctx.budget_bytes = *min;
@@ -302,13 +304,11 @@ TEST(KeptSourcePlans, TrainBitwiseWithinTheBudget) {
   c.train.optimizer = OptimizerKind::kAdam;
   c.train.lr = 1e-3f;
   const Graph g = build_model("densenet121", c).value();
-  auto backend = make_backend("cpu").value();
-  auto compiled = backend->compile(g).value();
-  const Graph sized = with_backend_sizes(g, *compiled);
+  const CpuSized sized = cpu_sized(g);
   const CostModel cost(load_profile("v100-16gb-pcie3").value());
   Result<Outcome> reference = train(g, nullptr);
   ASSERT_TRUE(reference.ok()) << reference.status().message();
-  PlanContext ctx{.graph = sized, .cost = cost, .op_scratch_bytes = compiled->all_scratch_bytes()};
+  PlanContext ctx{.graph = sized.graph, .cost = cost, .op_scratch_bytes = sized.scratch_bytes};
   Result<PlanReport> none = plan_policy("none", ctx);
   ASSERT_TRUE(none.ok()) << none.status().message();
   int kept = 0;

@@ -846,25 +846,12 @@ class Planner {
     }
     // Forward-only ancestors a recompute reads leave after their last forward use (recomputed
     // along on demand), instead of living until the recompute.
+    // With kept sources, a small forward-only input stays to its recompute (extended()).
     std::vector<bool> closed = dropped;
-    if (!kept_sources_) {
+    if (kept_sources_)
+      close_recompute_sources(f_, closed, [&](TensorId u, TensorId t) { return extended(u, t); });
+    else
       close_recompute_sources(f_, closed);
-    } else {
-      std::vector<TensorId> work;
-      for (const Tensor& t : g_.tensors)
-        if (dropped[idx(t.id)]) work.push_back(t.id);
-      while (!work.empty()) {
-        const TensorId t = work.back();
-        work.pop_back();
-        const OpId p = f_.producer[idx(t)];
-        if (p == kNoOp) continue;
-        for (TensorId u : g_.op(p).inputs) {
-          if (closed[idx(u)] || !f_.recomputable(u) || f_.info(u).first_backward_use != kNoOp || extended(u, t)) continue;
-          closed[idx(u)] = true;
-          work.push_back(u);
-        }
-      }
-    }
     for (const Tensor& t : g_.tensors)
       if (closed[idx(t.id)] && !dropped[idx(t.id)])
         releases[static_cast<size_t>(f_.forward_end(t.id))].push_back(release_action(t.id));
