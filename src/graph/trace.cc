@@ -147,7 +147,7 @@ std::string describe(const Json& v) {
     case Json::value_t::number_float:
       return v.dump();
     case Json::value_t::string:
-      return "\"" + shortened(v.get_ref<const std::string&>()) + "\"";
+      return fmt::format("\"{}\"", shortened(v.get_ref<const std::string&>()));
     case Json::value_t::array:
       return "an array";
     case Json::value_t::object:

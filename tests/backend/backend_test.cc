@@ -44,12 +44,17 @@ TEST(BackendTest, AutoConvAlgorithmTakesWinogradWhereItsScratchIsSmall) {
       ++count;
       EXPECT_TRUE(op.attrs.kernel_h == 3 && op.attrs.kernel_w == 3 && op.attrs.stride_h == 1 && op.attrs.stride_w == 1)
           << op.name;
-      if (algo == ConvAlgorithm::kAuto) EXPECT_LE(cg->scratch_bytes(op.id) * 32, logical) << op.name;
+      if (algo == ConvAlgorithm::kAuto) {
+        EXPECT_LE(cg->scratch_bytes(op.id) * 32, logical) << op.name;
+      }
     }
     return count;
   };
-  const Graph r50 = std::move(build_model("resnet50", {.batch = 8})).value();
-  const Graph mini = std::move(build_model("resnet-mini", {.batch = 4})).value();
+  ModelConfig c;
+  c.batch = 8;
+  const Graph r50 = std::move(build_model("resnet50", c)).value();
+  c.batch = 4;
+  const Graph mini = std::move(build_model("resnet-mini", c)).value();
   if (winograd_kernels(mini, ConvAlgorithm::kWinograd) == 0)
     GTEST_SKIP() << "oneDNN has no Winograd kernel on this CPU (it needs AVX-512)";
   EXPECT_EQ(winograd_kernels(mini, ConvAlgorithm::kDirect), 0);

@@ -373,7 +373,9 @@ TEST(Cli, TrainCodecOnTheHostTier) {
     } else {
       EXPECT_LE(stored, raw_stored) << codec;
     }
-    if (std::string(codec) == "zero-mask") EXPECT_LT(stored, raw_stored);
+    if (std::string(codec) == "zero-mask") {
+      EXPECT_LT(stored, raw_stored);
+    }
   }
 }
 
@@ -387,7 +389,9 @@ TEST(Cli, TrainWithHostUpdatesIsBitwiseIdentical) {
     ASSERT_EQ(o.code, 0) << tier << ": " << o.out;
     const auto j = nlohmann::json::parse(o.out);
     // On the SSD tier the simulator may prefer device updates; the host tier's plan uses them.
-    if (std::string(tier) == "host") EXPECT_GT(j["host_updates"].get<int>(), 0);
+    if (std::string(tier) == "host") {
+      EXPECT_GT(j["host_updates"].get<int>(), 0);
+    }
     EXPECT_TRUE(j["baseline"]["losses_bitwise_identical"].get<bool>()) << tier;
     EXPECT_LE(j["measured_peak_bytes"].get<uint64_t>(), j["budget_bytes"].get<uint64_t>()) << tier;
   }
@@ -861,7 +865,9 @@ TEST(Cli, PlanExplainSaysWhatEveryMovedTensorCostsAndTheAlternative) {
       EXPECT_GT(d["swap_ins"].get<int>(), 0);
       EXPECT_GT(d["link_ms"].get<double>(), 0);
     }
-    if (move == "recompute") EXPECT_GT(d["recomputes"].get<int>(), 0);
+    if (move == "recompute") {
+      EXPECT_GT(d["recomputes"].get<int>(), 0);
+    }
   }
   EXPECT_EQ(swaps > 0, j["swap_ins"].get<int>() > 0);
   // Recomputation only: every decision is a recompute.

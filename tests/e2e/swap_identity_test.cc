@@ -14,6 +14,8 @@
 #include <cstring>
 #include <filesystem>
 
+#include <fmt/format.h>
+
 #include "backend/backend.h"
 #include "cost/cost_model.h"
 #include "cost/profile.h"
@@ -185,8 +187,9 @@ std::vector<Case> cases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, SwapIdentity, ::testing::ValuesIn(cases()), [](const auto& info) {
-  std::string n = std::string(info.param.model) + "_" + info.param.policy;
-  if (info.param.conv != ConvAlgorithm::kAuto) n += "_" + std::string(to_string(info.param.conv));
+  std::string n = info.param.conv == ConvAlgorithm::kAuto
+                      ? fmt::format("{}_{}", info.param.model, info.param.policy)
+                      : fmt::format("{}_{}_{}", info.param.model, info.param.policy, to_string(info.param.conv));
   for (char& ch : n)
     if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
   return n;

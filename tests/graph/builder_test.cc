@@ -90,7 +90,9 @@ TEST(Builder, ResidualGradientIsAccumulatedOnce) {
   // The add has no backward op: its incoming gradient flows to both operands.
   const OpId add = find_op(g, "add")->id;
   for (const Op& op : g.ops)
-    if (op.forward_op == add) EXPECT_EQ(op.type, OpType::kGradAccumulate) << op.name;
+    if (op.forward_op == add) {
+      EXPECT_EQ(op.type, OpType::kGradAccumulate) << op.name;
+    }
 }
 
 TEST(Builder, PhasesAreOrderedAndUpdatesCoverEveryWeight) {

@@ -112,7 +112,9 @@ TEST(Precision, MasterWeightsCountedOnceWithOneSixteenBitCopy) {
     std::set<TensorId> copies_written;
     for (const Op& op : amp.ops) {
       for (TensorId t : op.inputs)
-        if (op.phase != Phase::kUpdate) EXPECT_NE(amp.tensor(t).role, TensorRole::kWeight) << op.name;
+        if (op.phase != Phase::kUpdate) {
+          EXPECT_NE(amp.tensor(t).role, TensorRole::kWeight) << op.name;
+        }
       if (op.phase != Phase::kUpdate) continue;
       ASSERT_EQ(amp.tensor(op.inputs[0]).role, TensorRole::kWeight) << op.name;
       ASSERT_EQ(amp.tensor(op.inputs[1]).grad_of, op.inputs[0]) << op.name;
@@ -141,7 +143,9 @@ TEST(Precision, OptimizerStateStaysFp32AndFp16AddsTheLossScale) {
       const Graph bf16 = build(model, Precision::kAmpBf16, opt);
       for (const Graph* g : {&fp16, &bf16})
         for (const Tensor& t : g->tensors)
-          if (t.role == TensorRole::kOptimizerState) EXPECT_EQ(t.dtype, DType::kF32) << t.name;
+          if (t.role == TensorRole::kOptimizerState) {
+            EXPECT_EQ(t.dtype, DType::kF32) << t.name;
+          }
       const uint64_t state = bytes_of_role(fp32, TensorRole::kOptimizerState);
       EXPECT_EQ(state, (opt == OptimizerKind::kAdam ? 8 : 4) * fp32.param_count());
       // bf16 has the range of fp32 and needs no loss scaling; fp16 keeps one fp32 scale.
@@ -155,7 +159,9 @@ TEST(Precision, OptimizerStateStaysFp32AndFp16AddsTheLossScale) {
       for (const Op& op : fp16.ops) {
         updates += op.phase == Phase::kUpdate;
         for (TensorId t : op.inputs) readers += t == scale;
-        if (op.type == OpType::kCrossEntropyBwd) EXPECT_EQ(op.inputs.back(), scale);
+        if (op.type == OpType::kCrossEntropyBwd) {
+          EXPECT_EQ(op.inputs.back(), scale);
+        }
       }
       EXPECT_EQ(readers, updates + 1);  // every update unscales; cross-entropy's backward scales
     }
