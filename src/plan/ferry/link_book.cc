@@ -14,31 +14,17 @@ LinkBook::LinkBook(const std::vector<double>& step_us) : n_(step_us.size()), cap
   for (size_t i = 0; i < n_; ++i) next_[i] = prev_[i] = i;
 }
 
-size_t LinkBook::next_open(size_t i) const {
-  // Follows next_ pointers over full buckets; bounded by n to stop on a full link.
+size_t LinkBook::open_bucket(size_t i, bool forward) const {
+  // Follows the direction's pointers over full buckets; bounded by n to stop on a full link.
+  std::vector<size_t>& skip = forward ? next_ : prev_;
+  const size_t step = forward ? 1 : n_ - 1;  // to the neighbour in that direction, cyclic
+  auto hop = [&](size_t k) { return skip[k] == k ? (k + step) % n_ : skip[k]; };
   size_t root = i;
-  for (size_t hops = 0; hops <= n_ && left_[root] <= kEpsilonUs; ++hops) {
-    const size_t nxt = next_[root] == root ? (root + 1) % n_ : next_[root];
-    root = nxt;
-  }
+  for (size_t hops = 0; hops <= n_ && left_[root] <= kEpsilonUs; ++hops) root = hop(root);
   for (size_t k = i; k != root && left_[k] <= kEpsilonUs;) {  // path compression
-    const size_t nxt = next_[k] == k ? (k + 1) % n_ : next_[k];
-    next_[k] = root;
+    const size_t nxt = hop(k);
+    skip[k] = root;
     k = nxt;
-  }
-  return root;
-}
-
-size_t LinkBook::prev_open(size_t i) const {
-  size_t root = i;
-  for (size_t hops = 0; hops <= n_ && left_[root] <= kEpsilonUs; ++hops) {
-    const size_t prv = prev_[root] == root ? (root + n_ - 1) % n_ : prev_[root];
-    root = prv;
-  }
-  for (size_t k = i; k != root && left_[k] <= kEpsilonUs;) {
-    const size_t prv = prev_[k] == k ? (k + n_ - 1) % n_ : prev_[k];
-    prev_[k] = root;
-    k = prv;
   }
   return root;
 }
@@ -46,25 +32,27 @@ size_t LinkBook::prev_open(size_t i) const {
 // Distance from `a` to `b` going forward (cyclic).
 static size_t forward_distance(size_t a, size_t b, size_t n) { return b >= a ? b - a : b + n - a; }
 
-LinkBook::Booking LinkBook::book_forward(size_t from, size_t max_buckets, double us, bool partial) const {
+LinkBook::Booking LinkBook::book(size_t at, size_t max_buckets, double us, bool partial, bool forward) const {
   Booking b;
   if (n_ == 0 || max_buckets == 0) {
     if (partial) {
       b.ok = true;
-      b.first = b.last = from % std::max<size_t>(n_, 1);
+      b.first = b.last = at % std::max<size_t>(n_, 1);
       b.remainder_us = us;
     }
     return b;
   }
-  from %= n_;
-  b.first = from;
-  b.last = from;
+  at %= n_;
+  // `near`: the bucket the booking starts from; `far`: the one it reached (forward: first, last).
+  size_t& near = forward ? b.first : b.last;
+  size_t& far = forward ? b.last : b.first;
+  near = far = at;
   double need = us;
-  size_t i = from;
-  size_t span = 0;  // buckets from `from` to i
+  size_t i = at;
+  size_t span = 0;  // buckets from `at` to i
   while (need > kEpsilonUs) {
-    const size_t j = next_open(i);
-    span += forward_distance(i, j, n_);
+    const size_t j = open_bucket(i, forward);
+    span += forward ? forward_distance(i, j, n_) : forward_distance(j, i, n_);
     if (span >= max_buckets || left_[j] <= kEpsilonUs) {
       if (!partial) return Booking{};
       b.remainder_us = need;
@@ -73,50 +61,13 @@ LinkBook::Booking LinkBook::book_forward(size_t from, size_t max_buckets, double
     const double take = std::min(left_[j], need);
     b.parts.emplace_back(j, take);
     need -= take;
-    b.last = j;
+    far = j;
     if (need <= kEpsilonUs) break;
-    i = (j + 1) % n_;
+    i = forward ? (j + 1) % n_ : (j + n_ - 1) % n_;
     ++span;
   }
   b.ok = true;
-  if (!b.parts.empty()) b.first = b.parts.front().first;
-  return b;
-}
-
-LinkBook::Booking LinkBook::book_backward(size_t to, size_t max_buckets, double us, bool partial) const {
-  Booking b;
-  if (n_ == 0 || max_buckets == 0) {
-    if (partial) {
-      b.ok = true;
-      b.first = b.last = to % std::max<size_t>(n_, 1);
-      b.remainder_us = us;
-    }
-    return b;
-  }
-  to %= n_;
-  b.first = to;
-  b.last = to;
-  double need = us;
-  size_t i = to;
-  size_t span = 0;
-  while (need > kEpsilonUs) {
-    const size_t j = prev_open(i);
-    span += forward_distance(j, i, n_);
-    if (span >= max_buckets || left_[j] <= kEpsilonUs) {
-      if (!partial) return Booking{};
-      b.remainder_us = need;
-      break;
-    }
-    const double take = std::min(left_[j], need);
-    b.parts.emplace_back(j, take);
-    need -= take;
-    b.first = j;
-    if (need <= kEpsilonUs) break;
-    i = (j + n_ - 1) % n_;
-    ++span;
-  }
-  b.ok = true;
-  if (!b.parts.empty()) b.last = b.parts.front().first;
+  if (!b.parts.empty()) near = b.parts.front().first;
   return b;
 }
 

@@ -38,17 +38,22 @@ class LinkBook {
   // Books `us` from bucket `from` onwards, through at most `max_buckets` buckets (cyclic).
   // Fails (ok = false) when the window cannot hold it, unless `partial`: then it books what fits
   // and says what is left (remainder_us), which the transfer will take beyond the window.
-  Booking book_forward(size_t from, size_t max_buckets, double us, bool partial = false) const;
+  Booking book_forward(size_t from, size_t max_buckets, double us, bool partial = false) const {
+    return book(from, max_buckets, us, partial, /*forward=*/true);
+  }
   // Books `us` backwards from bucket `to`, through at most `max_buckets` buckets (cyclic).
-  Booking book_backward(size_t to, size_t max_buckets, double us, bool partial = false) const;
+  Booking book_backward(size_t to, size_t max_buckets, double us, bool partial = false) const {
+    return book(to, max_buckets, us, partial, /*forward=*/false);
+  }
   void commit(const Booking& b);
   void cancel(const Booking& b);
   // Fraction of the link's time booked.
   double utilisation() const;
 
  private:
-  size_t next_open(size_t i) const;  // first bucket >= i (cyclic) with time left
-  size_t prev_open(size_t i) const;  // last bucket <= i (cyclic) with time left
+  Booking book(size_t at, size_t max_buckets, double us, bool partial, bool forward) const;
+  // The first bucket from i on (forward) or the last up to i (backward), cyclic, with time left.
+  size_t open_bucket(size_t i, bool forward) const;
   size_t n_ = 0;
   std::vector<double> capacity_, left_;
   mutable std::vector<size_t> next_, prev_;  // union-find pointers over full buckets
