@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "common/units.h"
+#include "schedule/position.h"
 #include "schedule/placement.h"
 
 namespace ferry {
@@ -18,12 +19,7 @@ namespace ferry {
 namespace {
 
 // Program positions ordered as lowering orders them: before-list, op, after-list of each step.
-using Pos = uint64_t;
-constexpr Pos kNever = std::numeric_limits<Pos>::max();
-enum Part : uint64_t { kBefore = 0, kOp = 1, kAfter = 2 };
-constexpr Pos pos(OpId step, Part part, size_t index = 0) {
-  return (static_cast<uint64_t>(step) << 32) | (static_cast<uint64_t>(part) << 30) | static_cast<uint64_t>(index);
-}
+using namespace program_position;
 
 size_t tier_index(Tier t) { return t == Tier::kHost ? 0 : 1; }
 constexpr std::array<Tier, 2> kTiers = {Tier::kHost, Tier::kSsd};

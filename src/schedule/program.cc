@@ -19,19 +19,13 @@
 #include <fmt/format.h>
 
 #include "common/units.h"
+#include "schedule/position.h"
 
 namespace ferry {
 
 namespace {
 
-using Pos = uint64_t;
-constexpr Pos kNever = std::numeric_limits<Pos>::max();
-enum Part : uint64_t { kBefore = 0, kOp = 1, kAfter = 2 };
-
-constexpr Pos pos(OpId step, Part part, size_t index = 0) {
-  return (static_cast<uint64_t>(step) << 32) | (static_cast<uint64_t>(part) << 30) | static_cast<uint64_t>(index);
-}
-OpId pos_step(Pos p) { return static_cast<OpId>(p >> 32); }
+using namespace program_position;
 
 enum class State : uint8_t { kUnborn, kOnDevice, kOffDevice, kDead };
 
