@@ -869,9 +869,10 @@ void register_train(CLI::App& app, std::function<int()>& action) {
                 "Plan once, before training, from --profile, the cache or the device profile, and never re-plan (no "
                 "online measurement, no drift re-planning)");
   cmd->add_option("--drift", o->drift,
-                  "Re-plan when two iterations in a row take more than this fraction more or less than expected and "
-                  "the op and link times measured in them explain the difference (otherwise the expectation is "
-                  "rescaled); 0: never")
+                  "Re-plan when two iterations in a row take more than this fraction more (or both less) than "
+                  "expected, or more than twice the run's iteration-time noise where that is larger, and the op and "
+                  "link times measured in them explain the difference (otherwise the expectation is rescaled); "
+                  "0: never")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 10.0));
   CLI::Option* seq_range = cmd->add_option(

@@ -201,8 +201,11 @@ Status TrainingLoop::observe(int64_t iteration, double time_ms) {
   const double measured_ms = drift_.streak_mean_ms();
   const double old_ms = prediction_.iteration_us / 1e3;
   FERRY_ASSIGN_OR_RETURN(const double new_ms, predict_ms(schedule_, *measured_));
-  const std::string took = fmt::format("iterations {}-{} took {:.1f} ms on average against {:.1f} ms expected",
-                                       iteration + 1 - drift_.streak(), iteration, measured_ms, drift_.expected_ms());
+  const double beyond = drift_.effective_threshold();
+  const std::string took =
+      fmt::format("iterations {}-{} took {:.1f} ms on average against {:.1f} ms expected (more than {:.0f}% off{})",
+                  iteration + 1 - drift_.streak(), iteration, measured_ms, drift_.expected_ms(), 100 * beyond,
+                  beyond > options_.drift_threshold ? ", twice the noise of this run's iteration times" : "");
   const FiguresChange change = plan_figures_ ? compare_figures(*plan_figures_, *measured_)
                                              : FiguresChange{.relative = INFINITY, .what = "first measurement"};
   if (figures_explain(measured_ms, model_scale_, old_ms, new_ms)) {
@@ -243,14 +246,34 @@ bool figures_explain(double measured_ms, double model_scale, double old_ms, doub
 }
 
 bool DriftWatch::add(double ms) {
-  if (threshold_ <= 0 || expected_ms_ <= 0) return false;
-  if (std::abs(ms / expected_ms_ - 1) <= threshold_) {
+  if (threshold_ <= 0 || expected_ms_ <= 0 || ms <= 0) return false;
+  const double log_ratio = std::log(ms / expected_ms_);
+  if (last_log_ratio_) {
+    differences_.push_back(std::abs(log_ratio - *last_log_ratio_));
+    if (differences_.size() > kNoiseWindow) differences_.erase(differences_.begin());
+  }
+  last_log_ratio_ = log_ratio;
+  const double off = ms / expected_ms_ - 1;
+  if (std::abs(off) <= effective_threshold()) {
     streak_.clear();
     return false;
   }
+  // A drift is one way: an iteration off the other way starts a new streak.
+  if (!streak_.empty() && (streak_.back() > expected_ms_) != (ms > expected_ms_)) streak_.clear();
   streak_.push_back(ms);
   return static_cast<int>(streak_.size()) >= iterations_;
 }
+
+double DriftWatch::noise() const {
+  if (differences_.size() < kMinNoiseSamples) return 0;
+  std::vector<double> d = differences_;
+  std::nth_element(d.begin(), d.begin() + static_cast<std::ptrdiff_t>(d.size() / 2), d.end());
+  // For a difference of two independent N(0, s^2), the median of its absolute value is
+  // 0.6745 * sqrt(2) * s.
+  return d[d.size() / 2] / (0.6745 * std::sqrt(2.0));
+}
+
+double DriftWatch::effective_threshold() const { return std::max(threshold_, std::exp(2 * noise()) - 1); }
 
 double DriftWatch::streak_mean_ms() const {
   return streak_.empty() ? 0 : std::accumulate(streak_.begin(), streak_.end(), 0.0) / static_cast<double>(streak_.size());

@@ -10,7 +10,8 @@
 //   measured (per op the smaller time: the first iteration pays one-time costs), and the loop
 //   re-plans from them before the next iteration.
 // - Watch for drift. Each iteration's measured time is compared with what is expected of its
-//   plan. When they differ by more than `drift_threshold` in `drift_iterations` iterations in a
+//   plan. When they differ the same way by more than `drift_threshold` (or twice the run's
+//   iteration-time noise, where larger: DriftWatch) in `drift_iterations` iterations in a
 //   row, the loop fits figures to those iterations and predicts the current plan on them. If that
 //   prediction closes at least half of the gap, the figures explain the drift (a slower disk, a
 //   contended link, slower kernels): the machine changed, so the loop re-plans from them. If it
@@ -18,7 +19,7 @@
 //   backend the transfer threads take cycles from compute, which the model does not charge):
 //   re-planning would give the same plan, so the loop learns the ratio of measured to simulated
 //   time and scales every later expectation by it (recorded as an event). This keeps it from
-//   re-planning on noise or on a steady model error.
+//   re-planning on a steady model error; the noise threshold, from re-planning on noise.
 // - Re-plan without changing a number. A new plan means a new executor (the program, its
 //   placement and tiers are fixed at creation): the loop saves the training state (every
 //   persistent tensor's plain bytes and the optimizer step, Executor::save_state), destroys the
@@ -57,14 +58,23 @@ namespace ferry {
 using PlanFunction = std::function<Result<Schedule>(const Graph& timed, const CostModel& cost)>;
 
 // Decides when measured iteration times have drifted from the expected time: `iterations`
-// iterations in a row off by more than `threshold` (relative, either way). threshold <= 0: never.
+// iterations in a row off the same way (all slower or all faster) by more than the threshold,
+// relative. The threshold is `threshold` or, where the iteration times are noisier than that,
+// twice their noise: a shared machine whose iterations vary by 20% from one to the next is not
+// drifting when two of them in a row are 20% off. The noise is estimated from the differences of
+// consecutive iterations' log(measured / expected) under the same expectation (a steady model
+// error cancels out), the last kNoiseWindow of them, robustly (median absolute difference); it
+// counts once kMinNoiseSamples are in. threshold <= 0: never.
 class DriftWatch {
  public:
+  static constexpr size_t kNoiseWindow = 16;
+  static constexpr size_t kMinNoiseSamples = 4;
   DriftWatch(double threshold, int iterations) : threshold_(threshold), iterations_(std::max(iterations, 1)) {}
   // A new expectation (a new plan, a rebase); clears the streak.
   void expect(double ms) {
     expected_ms_ = ms;
     streak_.clear();
+    last_log_ratio_.reset();
   }
   // Adds an iteration's time; true when it completes a streak of drifting iterations (their mean
   // is then streak_mean_ms() and the streak is cleared by the next expect()).
@@ -72,12 +82,19 @@ class DriftWatch {
   double expected_ms() const { return expected_ms_; }
   double streak_mean_ms() const;
   int streak() const { return static_cast<int>(streak_.size()); }
+  // The standard deviation of one iteration's log(measured / expected), estimated; 0 until
+  // kMinNoiseSamples differences are in.
+  double noise() const;
+  // The relative drift an iteration must exceed now: max(threshold, exp(2 noise) - 1).
+  double effective_threshold() const;
 
  private:
   double threshold_;
   int iterations_;
   double expected_ms_ = 0;
   std::vector<double> streak_;
+  std::optional<double> last_log_ratio_;  // the previous iteration's, under this expectation
+  std::vector<double> differences_;       // |consecutive log-ratio differences|, newest last
 };
 
 // Whether new figures explain a drift: predicting the current plan on them (`new_ms`, instead of

@@ -268,6 +268,49 @@ TEST(DriftWatch, NeedsAStreakOfDriftingIterations) {
   EXPECT_FALSE(off.add(1000));
 }
 
+TEST(DriftWatch, ADriftIsOneWay) {
+  DriftWatch w(0.15, 2);
+  w.expect(100);
+  EXPECT_FALSE(w.add(130));
+  EXPECT_FALSE(w.add(75)) << "one slower, one faster: noise, not a drift";
+  EXPECT_EQ(w.streak(), 1) << "the faster one starts a streak of its own";
+  EXPECT_TRUE(w.add(70));
+  EXPECT_DOUBLE_EQ(w.streak_mean_ms(), 72.5);
+}
+
+// Iteration times that vary by about 20% from one to the next (a shared machine) raise the
+// threshold to twice their noise: a 20% streak is no drift there, a 2x slowdown still is. On a
+// quiet machine the threshold stays the configured one.
+TEST(DriftWatch, NoisyIterationsRaiseTheThresholdToTwiceTheirNoise) {
+  DriftWatch w(0.15, 2);
+  w.expect(100);
+  EXPECT_DOUBLE_EQ(w.noise(), 0) << "no estimate before any iteration";
+  const double noisy[] = {100, 118, 96, 121, 94, 115, 99, 122, 97, 117};
+  for (double ms : noisy) w.add(ms);
+  EXPECT_GT(w.noise(), 0.1);
+  EXPECT_LT(w.noise(), 0.3);
+  EXPECT_GT(w.effective_threshold(), 0.25);
+  EXPECT_FALSE(w.add(122));
+  EXPECT_FALSE(w.add(123)) << "two iterations 22% slower are within this run's noise";
+  EXPECT_FALSE(w.add(200));
+  EXPECT_TRUE(w.add(210)) << "a 2x slowdown is a drift whatever the noise";
+
+  DriftWatch quiet(0.15, 2);
+  quiet.expect(100);
+  for (double ms : {100.0, 101.0, 99.5, 100.5, 100.0, 99.0}) quiet.add(ms);
+  EXPECT_LT(quiet.noise(), 0.02);
+  EXPECT_DOUBLE_EQ(quiet.effective_threshold(), 0.15);
+  EXPECT_FALSE(quiet.add(120));
+  EXPECT_TRUE(quiet.add(121)) << "two iterations 20% slower on a quiet machine are a drift";
+
+  // A steady model error (every iteration 40% slower than expected) is no noise: the differences
+  // of consecutive iterations cancel it.
+  DriftWatch biased(0.15, 50);
+  biased.expect(100);
+  for (int i = 0; i < 10; ++i) biased.add(140 + (i % 2));
+  EXPECT_LT(biased.noise(), 0.02);
+}
+
 TEST(DriftWatch, FiguresExplainADriftWhenThePlanPredictedOnThemClosesHalfTheGap) {
   // Measured 150 ms, the plan predicted 100: figures that predict 140 explain it, 110 do not.
   EXPECT_TRUE(figures_explain(150, 1.0, 100, 140));
