@@ -576,6 +576,7 @@ nlohmann::json train_report_json(const TrainCliOptions& o, const TrainSetup& s, 
                                {"loss", r.iterations[i].loss},
                                {"time_ms", r.iterations[i].time_ms},
                                {"expected_ms", r.loop[i].expected_ms},
+                               {"drift_threshold", r.loop[i].drift_threshold},
                                {"plan_version", r.loop[i].plan_version},
                                {"shape", r.shape[i]},
                                {"rss_bytes", r.rss_bytes[i]}});

@@ -152,6 +152,7 @@ Result<LoopIteration> TrainingLoop::run_iteration(int64_t iteration, DataSource&
     executor_->set_tier_slowdown(options_.slowdown_tier, options_.slowdown_factor);
   LoopIteration li;
   li.expected_ms = drift_.expected_ms();
+  li.drift_threshold = options_.drift_threshold > 0 ? drift_.effective_threshold() : 0;
   li.plan_version = versions_.back().version;
   FERRY_ASSIGN_OR_RETURN(li.stats, executor_->run_iteration(iteration, data));
   for (const TransferRecord& r : executor_->last_transfers())

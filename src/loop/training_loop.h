@@ -152,6 +152,9 @@ struct LoopEvent {
 struct LoopIteration {
   IterationStats stats;
   double expected_ms = 0;  // what it was judged against: its plan's prediction, or a rebase
+  // The relative drift it had to exceed to count (DriftWatch::effective_threshold() when it
+  // started: --drift, or twice the run's noise); 0: drift is not watched.
+  double drift_threshold = 0;
   int plan_version = 0;
 };
 

@@ -961,6 +961,8 @@ TEST(Cli, TrainMeasuresCachesAndReusesItsProfile) {
   EXPECT_EQ(first["plan_versions"][0]["figures"], "profile");
   EXPECT_EQ(first["plan_versions"][1]["figures"], "measured");
   EXPECT_EQ(first["plan_versions"][1]["from_iteration"], 2);
+  for (const auto& it : first["iterations"])  // --drift's default, or twice the run's noise
+    EXPECT_GE(it["drift_threshold"].get<double>(), 0.15) << it.dump();
   ASSERT_TRUE(first["profile_cache"].is_string());
   const std::string cache = first["profile_cache"].get<std::string>();
   ASSERT_TRUE(std::filesystem::exists(cache)) << cache;
