@@ -152,7 +152,7 @@ Result<LoopIteration> TrainingLoop::run_iteration(int64_t iteration, DataSource&
     executor_->set_tier_slowdown(options_.slowdown_tier, options_.slowdown_factor);
   LoopIteration li;
   li.expected_ms = drift_.expected_ms();
-  li.drift_threshold = options_.drift_threshold > 0 ? drift_.effective_threshold() : 0;
+  li.drift_threshold = drift_.effective_threshold();
   li.plan_version = versions_.back().version;
   FERRY_ASSIGN_OR_RETURN(li.stats, executor_->run_iteration(iteration, data));
   for (const TransferRecord& r : executor_->last_transfers())
@@ -248,14 +248,14 @@ bool figures_explain(double measured_ms, double model_scale, double old_ms, doub
 
 bool DriftWatch::add(double ms) {
   if (threshold_ <= 0 || expected_ms_ <= 0 || ms <= 0) return false;
-  const double log_ratio = std::log(ms / expected_ms_);
+  const double ratio = ms / expected_ms_;
+  const double log_ratio = std::log(ratio);
   if (last_log_ratio_) {
     differences_.push_back(std::abs(log_ratio - *last_log_ratio_));
     if (differences_.size() > kNoiseWindow) differences_.erase(differences_.begin());
   }
   last_log_ratio_ = log_ratio;
-  const double off = ms / expected_ms_ - 1;
-  if (std::abs(off) <= effective_threshold()) {
+  if (std::abs(ratio - 1) <= effective_threshold()) {
     streak_.clear();
     return false;
   }
@@ -274,7 +274,9 @@ double DriftWatch::noise() const {
   return d[d.size() / 2] / (0.6745 * std::sqrt(2.0));
 }
 
-double DriftWatch::effective_threshold() const { return std::max(threshold_, std::exp(2 * noise()) - 1); }
+double DriftWatch::effective_threshold() const {
+  return threshold_ <= 0 ? 0 : std::max(threshold_, std::exp(2 * noise()) - 1);
+}
 
 double DriftWatch::streak_mean_ms() const {
   return streak_.empty() ? 0 : std::accumulate(streak_.begin(), streak_.end(), 0.0) / static_cast<double>(streak_.size());

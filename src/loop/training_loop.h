@@ -85,7 +85,8 @@ class DriftWatch {
   // The standard deviation of one iteration's log(measured / expected), estimated; 0 until
   // kMinNoiseSamples differences are in.
   double noise() const;
-  // The relative drift an iteration must exceed now: max(threshold, exp(2 noise) - 1).
+  // The relative drift an iteration must exceed now: max(threshold, exp(2 noise) - 1); 0 when
+  // drift is not watched (threshold <= 0).
   double effective_threshold() const;
 
  private:

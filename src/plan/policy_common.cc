@@ -11,8 +11,8 @@
 #include <fmt/format.h>
 
 #include "common/units.h"
-#include "schedule/position.h"
 #include "schedule/placement.h"
+#include "schedule/position.h"
 
 namespace ferry {
 

@@ -266,6 +266,7 @@ TEST(DriftWatch, NeedsAStreakOfDriftingIterations) {
   off.expect(100);
   EXPECT_FALSE(off.add(1000));
   EXPECT_FALSE(off.add(1000));
+  EXPECT_DOUBLE_EQ(off.effective_threshold(), 0) << "not watched: no threshold to report";
 }
 
 TEST(DriftWatch, ADriftIsOneWay) {
