@@ -254,8 +254,13 @@ def test_no_pressure_installs_nothing():
 
 
 def test_recorded_trace_round_trips_through_ferry_analyze(tmp_path):
-    """ft.record writes a trace `ferry analyze` reads; its peak (predicted by Ferry's memory model)
-    is within 2% of the step's peak measured from PyTorch's allocator (which the trace does not use)."""
+    """ft.record writes a trace `ferry analyze` reads. The step's peak measured from PyTorch's
+    allocator (which the trace does not use) is within 2% of Ferry's memory model given the trace
+    and each op's scratch (the recorder measures it per op, beside the trace, as the adapter's
+    planner gets it); `ferry analyze`, which does not read scratch (an `x_` field), predicts no
+    more than that and no less than it minus the largest op's scratch. On an AMD EPYC host the
+    CPU convolutions of PyTorch 1.13 hold up to 38 MB of scratch here (24 MB at the peak), which
+    the peak without scratch missed by 20%; on the machines before, scratch was small."""
     case = CASES["resnet18"]
     model = case.build(0)
     inputs, targets = case.batch(0)
@@ -266,9 +271,14 @@ def test_recorded_trace_round_trips_through_ferry_analyze(tmp_path):
     out = subprocess.run([os.environ["FERRY_BINARY"], "analyze", "--trace", str(path), "--json"],
                          capture_output=True, text=True, check=True)
     analysis = json.loads(out.stdout)
-    predicted = analysis["peak_bytes_free_at_last_use"]
+    without_scratch = analysis["peak_bytes_free_at_last_use"]
     assert len(trace["ops"]) == analysis["ops"]
+    scratch = [op.get("x_scratch_bytes", 0) for op in trace["ops"]]
+    plan = ft._ferry.plan(json.dumps(trace), 0, "host", "cpu-local", [], False, "ferry", scratch, [])
+    predicted = plan["unlimited"]["device_bytes"]
     assert abs(predicted - measured) <= 0.02 * measured, (predicted, measured)
+    assert without_scratch <= predicted <= without_scratch + max(scratch) + 0.01 * measured, \
+        (without_scratch, predicted, max(scratch))
     # One update op per parameter (as PyTorch steps them), so a plan may stream the weights through
     # the host: at 60% of the step's need (weights are most of it here) `ferry plan` fits, on this
     # machine's profile (the trace's own sizes: its opaque ops have no CPU kernel to size them).
