@@ -10,6 +10,11 @@ table except the planning times is a prediction of Ferry's simulator, not a meas
 Usage:
   bench/planner_ab.py --before /tmp/ferry-before --after build/ferry --out bench/results/X.md
   bench/planner_ab.py ... --quick     # resnet-mini and gpt2-mini on the A100 profile (a minute)
+  bench/planner_ab.py --before-table bench/results/OLD.md --after build/ferry --out X.md
+      # the "after" columns of an earlier table stand for BEFORE (half the time). Predicted times
+      # and gaps are deterministic, so they compare as if run side by side when the build that
+      # made OLD still gives them (check a few cells); the planning times then do not: they were
+      # measured on another day.
 """
 import argparse
 import json
@@ -43,7 +48,9 @@ def plan(binary, model, profile, fraction, timeout):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--before", required=True, help="the ferry binary before the change")
+    ap.add_argument("--before", help="the ferry binary before the change")
+    ap.add_argument("--before-table", help="instead of --before: an earlier table of this script, whose 'after' "
+                    "columns stand for the build before")
     ap.add_argument("--after", required=True, help="the ferry binary after the change")
     ap.add_argument("--out", required=True, help="markdown table to write")
     ap.add_argument("--profiles", default="a100-40gb-pcie4,v100-16gb-pcie3,h100-80gb-pcie5")
@@ -52,6 +59,19 @@ def main():
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--quick", action="store_true")
     a = ap.parse_args()
+    if (a.before is None) == (a.before_table is None):
+        ap.error("give one of --before and --before-table")
+    earlier = {}
+    if a.before_table:
+        for line in open(a.before_table):
+            c = [x.strip() for x in line.split("|")]
+            if len(c) < 12 or not c[3].endswith("%") or not c[2].startswith("--model "):
+                continue
+            try:
+                earlier[(c[1], c[2][len("--model "):], c[3][:-1])] = {
+                    "ms": float(c[5].strip("*")), "gap": float(c[8]), "planning": float(c[10])}
+            except ValueError:
+                earlier[(c[1], c[2][len("--model "):], c[3][:-1])] = {"error": c[5]}
     if a.quick:
         a.profiles = "a100-40gb-pcie4"
         a.models = "resnet-mini --batch 8;gpt2-mini --batch 4 --seq 64 --optimizer adam"
@@ -59,11 +79,15 @@ def main():
     faster = slower = same = 0
     cells = [(p, m, f) for p in a.profiles.split(",") for m in a.models.split(";") for f in a.fractions.split(",")]
     for i, (profile, model, fraction) in enumerate(cells):
-        b = plan(a.before, model, profile, fraction, a.timeout)
+        b = (earlier.get((profile, model, fraction), {"error": "not in the table"}) if a.before_table
+             else plan(a.before, model, profile, fraction, a.timeout))
         c = plan(a.after, model, profile, fraction, a.timeout)
         print(f"[{i + 1}/{len(cells)}] {profile} {model} {fraction}%: {b.get('ms', b.get('error'))} -> "
               f"{c.get('ms', c.get('error'))}", file=sys.stderr, flush=True)
         if "ms" in b and "ms" in c:
+            if a.before_table:  # the table holds two decimals: compare at that precision
+                c["ms"] = round(c["ms"], 2)
+                c["gap"] = round(c["gap"], 3) if c.get("gap") is not None else None
             r = c["ms"] / b["ms"]
             ratios.append(r)
             if b["gap"] and c["gap"]:
@@ -82,6 +106,9 @@ def main():
             rows.append(f"| {profile} | --model {model} | {fraction}% | {b.get('ms', b.get('error'))} | "
                         f"{c.get('ms', c.get('error'))} | n/a | | | | |")
     with open(a.out, "w") as out:
+        if a.before_table:
+            out.write(f"'before' columns: the 'after' columns of {a.before_table} (not run here); its planning times "
+                      "were measured on another day.\n\n")
         out.write("| profile | model | budget | before ms | after ms | after / before | gap before | gap after | "
                   "planning before s | planning after s |\n|---|---|---|---|---|---|---|---|---|---|\n")
         out.write("\n".join(rows) + "\n\n")

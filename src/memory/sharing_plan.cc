@@ -34,6 +34,18 @@
 //   it takes BERT-base from 2.7% above the bound to 0.01%. Each round is a full placement, so
 //   rounds are capped by a budget of buffer placements, which keeps large graphs fast.
 //
+// Note [Warm start]
+//   A planner's polish places hundreds of programs that differ from its current plan by one
+//   decision. When that plan fitted only after promotions, each fresh search repeats them (a full
+//   placement per round) and, as often as not, misses the budget by a fraction of a percent where
+//   the plan's own sequence would have fitted. A hint names the plan's sequence: its order and its
+//   promoted buffers by buffer_key(). The hinted sequence (the promoted buffers still present,
+//   then the others in the order's sequence) is placed first; then the orders as without a hint,
+//   and the promotion rounds of the hint's order continue from the hinted sequence. The search is
+//   deterministic in (buffers, hint), and a caller with a budget stops at a prefix of the search a
+//   caller without one makes, so whoever places the plan later with the same hint never gets a
+//   larger arena.
+//
 // Note [Occupancy tree]
 //   A segment tree over steps; node v covers a range of steps R(v). Each node keeps two sets of
 //   disjoint byte ranges:
@@ -60,6 +72,7 @@
 #include <bit>
 #include <limits>
 #include <numeric>
+#include <optional>
 
 #include "common/units.h"
 
@@ -328,6 +341,26 @@ class Placer {
   std::vector<size_t> runs_;
 };
 
+// The hinted sequence: the promoted buffers present in `buffers`, in the hint's order, then the
+// rest in the hint's visiting order (exactly the sequence that the promotions had built).
+std::vector<size_t> hinted_sequence(const std::vector<Buffer>& buffers, const PlacementHint& hint) {
+  std::vector<size_t> base = visiting_order(buffers, hint.order);
+  std::vector<std::pair<uint64_t, size_t>> by_key(buffers.size());
+  for (size_t i = 0; i < buffers.size(); ++i) by_key[i] = {buffer_key(buffers[i]), i};
+  std::sort(by_key.begin(), by_key.end());
+  std::vector<size_t> sequence;
+  std::vector<bool> taken(buffers.size(), false);
+  for (uint64_t key : hint.promoted) {
+    auto it = std::lower_bound(by_key.begin(), by_key.end(), std::pair<uint64_t, size_t>{key, 0});
+    if (it == by_key.end() || it->first != key || taken[it->second]) continue;
+    taken[it->second] = true;
+    sequence.push_back(it->second);
+  }
+  for (size_t i : base)
+    if (!taken[i]) sequence.push_back(i);
+  return sequence;
+}
+
 // The buffer whose aligned end is highest in `plan` (the lowest index among equals).
 size_t highest_buffer(const std::vector<Buffer>& buffers, const MemoryPlan& plan) {
   size_t top = 0;
@@ -344,6 +377,13 @@ size_t highest_buffer(const std::vector<Buffer>& buffers, const MemoryPlan& plan
 
 }  // namespace
 
+uint64_t buffer_key(const Buffer& b) {
+  const uint64_t owner = !b.tensors.empty()      ? static_cast<uint64_t>(static_cast<uint32_t>(b.tensors.front()))
+                         : b.scratch_of != kNoOp ? (uint64_t{1} << 32) | static_cast<uint32_t>(b.scratch_of)
+                                                 : (uint64_t{2} << 32) | static_cast<uint32_t>(b.id);
+  return (owner << 24) ^ static_cast<uint64_t>(static_cast<uint32_t>(b.first_step));
+}
+
 std::string_view to_string(PlacementOrder order) {
   switch (order) {
     case PlacementOrder::kSizeDesc: return "size-desc";
@@ -355,40 +395,66 @@ std::string_view to_string(PlacementOrder order) {
 }
 
 MemoryPlan place_buffers(const std::vector<Buffer>& buffers, uint64_t alignment, PlacementOrder order) {
-  return Placer(buffers, alignment).place(visiting_order(buffers, order));
+  MemoryPlan plan = Placer(buffers, alignment).place(visiting_order(buffers, order));
+  plan.how.order = order;
+  return plan;
 }
 
 MemoryPlan plan_memory_sharing(const std::vector<Buffer>& buffers, uint64_t alignment, uint64_t good_enough_bytes,
-                               bool refine) {
+                               bool refine, const PlacementHint* hint) {
   const uint64_t bound = std::max(aligned_live_lower_bound(buffers, alignment), good_enough_bytes);
-  std::array<MemoryPlan, kDefaultPlacementOrders.size()> plans;
   Placer placer(buffers, alignment);
   // Without refinement, a caller with a budget learns only whether the buffers fit: an order is
   // abandoned as soon as its arena passes the budget (the partial arena is already too large, and
   // is what this returns when no order fits).
   const uint64_t give_up_above =
       !refine && good_enough_bytes > 0 ? good_enough_bytes : std::numeric_limits<uint64_t>::max();
+  // See Note [Warm start]: the hinted sequence first.
+  std::optional<MemoryPlan> hinted;
+  std::vector<size_t> hinted_order;
+  if (hint != nullptr && !hint->empty()) {
+    hinted_order = hinted_sequence(buffers, *hint);
+    hinted = placer.place(hinted_order, give_up_above);
+    hinted->how = {hint->order, {}};
+    for (size_t k = 0; k < hinted_order.size(); ++k) {
+      const uint64_t key = buffer_key(buffers[hinted_order[k]]);
+      if (k >= hint->promoted.size() ||
+          std::find(hint->promoted.begin(), hint->promoted.end(), key) == hint->promoted.end())
+        break;
+      hinted->how.promoted.push_back(key);
+    }
+    if (hinted->arena_bytes <= bound) return *hinted;
+  }
+  std::array<MemoryPlan, kDefaultPlacementOrders.size()> plans;
   size_t best = 0;
   for (size_t k = 0; k < plans.size(); ++k) {
     plans[k] = placer.place(visiting_order(buffers, kDefaultPlacementOrders[k]), give_up_above);
+    plans[k].how = {kDefaultPlacementOrders[k], {}};
     if (plans[k].arena_bytes < plans[best].arena_bytes) best = k;
     if (plans[best].arena_bytes <= bound) return plans[best];  // optimal: nothing can do better
   }
-  if (!refine || plans[best].arena_bytes - bound <= bound / kGoodEnoughDivisor) return plans[best];
+  MemoryPlan refined = hinted && hinted->arena_bytes < plans[best].arena_bytes ? *hinted : plans[best];
+  if (!refine || refined.arena_bytes - bound <= bound / kGoodEnoughDivisor) return refined;
 
   // See Note [Promoting the buffer on top].
-  MemoryPlan refined = plans[best];
   const size_t rounds = std::min(kMaxPromotionRounds, kPromotionBudget / std::max<size_t>(buffers.size(), 1));
   for (size_t k = 0; k < plans.size(); ++k) {
     const PlacementOrder order = kDefaultPlacementOrders[k];
     if (order != PlacementOrder::kStartOrder && order != PlacementOrder::kReverseOrder) continue;
-    std::vector<size_t> sequence = visiting_order(buffers, order);
-    MemoryPlan plan = plans[k];
+    const bool from_hint = hinted && hint->order == order;
+    std::vector<size_t> sequence = from_hint ? hinted_order : visiting_order(buffers, order);
+    MemoryPlan plan = from_hint ? *hinted : plans[k];
     uint64_t order_best = plan.arena_bytes;
     for (size_t round = 0, stalled = 0; round < rounds && stalled < kMaxStalledRounds; ++round) {
-      const auto top = std::find(sequence.begin(), sequence.end(), highest_buffer(buffers, plan));
+      const size_t top_buffer = highest_buffer(buffers, plan);
+      const auto top = std::find(sequence.begin(), sequence.end(), top_buffer);
       std::rotate(sequence.begin(), top, top + 1);
+      PlacementHint how = plan.how;
+      const uint64_t key = buffer_key(buffers[top_buffer]);
+      std::erase(how.promoted, key);
+      how.promoted.insert(how.promoted.begin(), key);
       plan = placer.place(sequence);
+      plan.how = std::move(how);
       stalled = plan.arena_bytes < order_best ? 0 : stalled + 1;
       order_best = std::min(order_best, plan.arena_bytes);
       if (plan.arena_bytes < refined.arena_bytes) refined = plan;

@@ -26,12 +26,6 @@ struct Buffer {
   OpId scratch_of = kNoOp;        // the op whose scratch this is, or kNoOp
 };
 
-struct MemoryPlan {
-  std::vector<uint64_t> offsets;  // offset of each Buffer inside the arena
-  uint64_t arena_bytes = 0;       // end of the highest placed buffer, aligned
-  uint64_t alignment = 64;
-};
-
 // The order in which the greedy planner visits buffers. No order is best on every graph, so
 // plan_memory_sharing() tries several.
 enum class PlacementOrder : uint8_t {
@@ -40,6 +34,31 @@ enum class PlacementOrder : uint8_t {
   kReverseOrder,  // by last step, latest first, larger first within a step (start order run backwards)
   kLifetimeDesc,  // longest lifetime first; ties: larger, then earlier start
 };
+// How a placement was found, in terms that outlive buffer indices: the visiting order and the
+// buffers promoted to its front (Note [Promoting the buffer on top] in sharing_plan.cc), each named
+// by buffer_key(). A planner that places many similar programs in a row (a polish changing one
+// decision at a time) passes the placement of its last accepted plan as the start of the next
+// search (Note [Warm start]); the plan carries the hint it was placed with, so that every later
+// placement of it (simulator, executor) searches from the same start.
+struct PlacementHint {
+  PlacementOrder order{};
+  std::vector<uint64_t> promoted;  // buffer_key of each promoted buffer, in visiting order
+  bool empty() const { return promoted.empty(); }
+  bool operator==(const PlacementHint&) const = default;
+};
+
+struct MemoryPlan {
+  std::vector<uint64_t> offsets;  // offset of each Buffer inside the arena
+  uint64_t arena_bytes = 0;       // end of the highest placed buffer, aligned
+  uint64_t alignment = 64;
+  PlacementHint how;              // the sequence that produced these offsets
+};
+
+// A name for a buffer that stays the same when the program around it changes: its first tensor
+// (or the op whose scratch it is) and its first step. Keys only guide a search: two buffers that
+// shared one would be visited in an order still valid, only not the hinted one.
+uint64_t buffer_key(const Buffer& b);
+
 inline constexpr std::array<PlacementOrder, 4> kAllPlacementOrders = {
     PlacementOrder::kSizeDesc, PlacementOrder::kStartOrder, PlacementOrder::kReverseOrder,
     PlacementOrder::kLifetimeDesc};
@@ -68,8 +87,12 @@ MemoryPlan place_buffers(const std::vector<Buffer>& buffers, uint64_t alignment,
 // the answer fits exactly when the full search of the orders would fit, but an arena above
 // good_enough_bytes is then only a lower bound of what the buffers need (with offsets for part of
 // them): good for "does not fit", not for "needs this much".
+// With a non-empty `hint` (Note [Warm start]), the hinted sequence is placed first and the
+// promotion rounds of the hint's order continue from it; the search is otherwise the same, so a
+// caller with a budget still gets an arena no larger than the full search with that hint would.
 MemoryPlan plan_memory_sharing(const std::vector<Buffer>& buffers, uint64_t alignment,
-                               uint64_t good_enough_bytes = 0, bool refine = true);
+                               uint64_t good_enough_bytes = 0, bool refine = true,
+                               const PlacementHint* hint = nullptr);
 
 // Max over steps of the summed sizes, each rounded up to `alignment`, of the buffers live at that
 // step. With aligned offsets no arena can be smaller (two aligned buffers cannot share a padding

@@ -489,6 +489,7 @@ Result<PlanMeasure> measure_program(const PlanFacts& facts, const Schedule& s, c
     FERRY_ASSIGN_OR_RETURN(ProgramPlacement placement,
                            place_program(facts.g(), program, facts.alignment, good_enough_bytes, refine));
     m.device_bytes = placement.arena_bytes;
+    m.placement = std::move(placement.plan.how);
   } else {
     m.device_bytes = m.live_peak_bytes;
   }

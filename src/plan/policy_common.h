@@ -108,6 +108,7 @@ struct PlanMeasure {
   std::vector<uint64_t> live_bytes;   // per step
   size_t swapped_tensors = 0;
   size_t recomputed_tensors = 0;
+  PlacementHint placement;            // how the placement was found (when placed)
 };
 
 // `m` (live bytes of a schedule in which tensor t is resident from its production to its last

@@ -76,7 +76,7 @@ Result<ProgramPlacement> place_program(const Graph& g, const Program& p, uint64_
   }
   const uint64_t transient_good_enough =
       good_enough_bytes > out.persistent_region_bytes ? good_enough_bytes - out.persistent_region_bytes : 0;
-  out.plan = plan_memory_sharing(out.blocks, alignment, transient_good_enough, refine);
+  out.plan = plan_memory_sharing(out.blocks, alignment, transient_good_enough, refine, &p.placement_hint);
   out.arena_bytes = out.persistent_region_bytes + out.plan.arena_bytes;
   // Empty blocks hold nothing; they all sit at the end of the arena, where no block holding
   // bytes starts (OffsetAllocator's rule for zero-byte blocks).

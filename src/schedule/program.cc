@@ -242,6 +242,7 @@ class Lowering {
       coded[static_cast<size_t>(c.tensor)] = true;
     }
     p_.ssd_codecs = s_.ssd_codecs;
+    p_.placement_hint = s_.placement_hint;
     for (const Tensor& t : g_.tensors) {
       if (!t.persistent()) continue;
       TensorState& ts = st_[static_cast<size_t>(t.id)];

@@ -124,6 +124,7 @@ struct Program {
   size_t num_host_updates = 0;    // kHostRun instructions
   std::vector<Offload> offloaded;  // Schedule::offloaded, sorted by tensor (as lower_schedule makes it)
   std::vector<TensorCodec> ssd_codecs;  // Schedule::ssd_codecs
+  PlacementHint placement_hint;         // Schedule::placement_hint
 
   // Where persistent tensor `t` lives between iterations: nullopt for the device. O(log n):
   // `offloaded` must be sorted by tensor.

@@ -35,6 +35,7 @@
 #include "codec/codec.h"
 #include "common/transfer.h"
 #include "graph/graph.h"
+#include "memory/sharing_plan.h"
 
 namespace ferry {
 
@@ -68,6 +69,10 @@ struct Schedule {
   std::vector<std::vector<Action>> after;   // per step
   std::vector<Offload> offloaded;           // persistent tensors whose home is a tier
   std::vector<TensorCodec> ssd_codecs;      // coded SSD copies; every other tensor's travel raw
+  // Where the search for this plan's placement starts (memory/sharing_plan.h, Note [Warm start]):
+  // the planner that made the plan found it fitting from there. Guides placement only; two
+  // schedules that differ in nothing else are the same plan (operator==).
+  PlacementHint placement_hint;
 
   // The empty plan for a graph with `steps` ops: keep everything, free at last use.
   static Schedule keep_all(size_t steps) {

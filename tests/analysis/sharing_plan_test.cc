@@ -173,5 +173,58 @@ TEST(SharingPlan, RandomBufferSetsGiveValidPlansNoSmallerThanTheBound) {
   EXPECT_GT(refined, 0);
 }
 
+// Note [Warm start]: the hint of a placement replays its sequence exactly, and with a hint the
+// search a caller with a budget makes is a prefix of the one a caller without a budget makes, so
+// "fits" found by a planner holds for whoever places the same buffers later with the same hint
+// (the simulator, the executor). Hints from a neighbouring buffer set (one buffer dropped, one
+// lifetime stretched: a polish's change) only guide the search: every plan stays valid.
+TEST(SharingPlan, AHintReplaysItsPlacementAndABudgetedSearchNeverBeatsTheFullOne) {
+  std::mt19937_64 rng(11);
+  int promoted = 0;  // trials whose placement came from promotions (a non-empty hint)
+  for (int trial = 0; trial < 200; ++trial) {
+    const int n = 2 + static_cast<int>(rng() % 60);
+    const int steps = 1 + static_cast<int>(rng() % 40);
+    const uint64_t alignment = uint64_t{1} << (rng() % 6);
+    std::vector<Buffer> bufs;
+    for (int i = 0; i < n; ++i) {
+      const OpId first = static_cast<OpId>(rng() % static_cast<uint64_t>(steps));
+      const OpId last = first + static_cast<OpId>(rng() % static_cast<uint64_t>(steps - first));
+      bufs.push_back(buffer(i, 1 + rng() % 5000, first, last));
+    }
+    SCOPED_TRACE(::testing::Message() << "trial " << trial);
+    const MemoryPlan chosen = plan_memory_sharing(bufs, alignment);
+    promoted += chosen.how.empty() ? 0 : 1;
+    const MemoryPlan replay = plan_memory_sharing(bufs, alignment, chosen.arena_bytes, /*refine=*/false, &chosen.how);
+    EXPECT_EQ(replay.arena_bytes, chosen.arena_bytes);
+    if (!chosen.how.empty()) {
+      EXPECT_EQ(replay.offsets, chosen.offsets);
+      EXPECT_EQ(replay.how, chosen.how);
+    }
+    // A neighbouring buffer set, placed from the first one's hint.
+    std::vector<Buffer> next = bufs;
+    next.erase(next.begin() + static_cast<ptrdiff_t>(rng() % next.size()));
+    Buffer& stretched = next[rng() % next.size()];
+    stretched.last_step = std::min<OpId>(stretched.last_step + 1 + static_cast<OpId>(rng() % 4), steps - 1);
+    const MemoryPlan full = plan_memory_sharing(next, alignment, 0, /*refine=*/true, &chosen.how);
+    ASSERT_TRUE(check_memory_plan(next, full).ok()) << check_memory_plan(next, full).message();
+    EXPECT_GE(full.arena_bytes, aligned_live_lower_bound(next, alignment));
+    for (const bool refine : {false, true})
+      for (const uint64_t budget : {full.arena_bytes - std::min<uint64_t>(full.arena_bytes, alignment),
+                                    full.arena_bytes, full.arena_bytes + 7 * alignment}) {
+        const MemoryPlan probe = plan_memory_sharing(next, alignment, budget, refine, &chosen.how);
+        if (probe.arena_bytes > budget) continue;
+        EXPECT_LE(full.arena_bytes, probe.arena_bytes) << "budget " << budget << " refine " << refine;
+        EXPECT_TRUE(check_memory_plan(next, probe).ok()) << check_memory_plan(next, probe).message();
+        // Its own hint replays it (a plan without promotions: an order, which fits at once).
+        const MemoryPlan again = plan_memory_sharing(next, alignment, probe.arena_bytes, false, &probe.how);
+        if (!probe.how.empty()) {
+          EXPECT_EQ(again.offsets, probe.offsets);
+        }
+        EXPECT_LE(again.arena_bytes, probe.arena_bytes);
+      }
+  }
+  EXPECT_GT(promoted, 0);  // the replays above include promoted sequences
+}
+
 }  // namespace
 }  // namespace ferry

@@ -126,7 +126,9 @@ TEST(HostUpdatePlans, NeverSlowerThanDeviceUpdatesAndAboveTheBound) {
 // The variants that keep the host updates' weights on the device between their reads
 // (FerryTuning::host_inner_variants) are compared with the others only after both are polished:
 // with them a plan is never slower than without them, and on the V100 profile they win a cell
-// (densenet-mini, batch 32, at 75%: the weights' round trips cost the link more than they free).
+// (densenet-mini, batch 8, at 50%, 1.22 against 1.37 ms predicted: the weights' round trips cost
+// the link more than they free; at batch 32 and 75% they won until the polish placed its tries
+// from the last accepted plan's placement; another variant's plan is the fastest there now).
 TEST(HostUpdatePlans, KeptWeightVariantsAreNeverSlowerAndWinACell) {
   FerryTuning without_variants;
   without_variants.host_inner_variants = false;
@@ -138,7 +140,7 @@ TEST(HostUpdatePlans, KeptWeightVariantsAreNeverSlowerAndWinACell) {
     return true;
   };
   const policy_test::CellTally t = policy_test::compare_over_cells(
-      {"v100-16gb-pcie3"}, {"densenet-mini", "resnet-mini"}, 32, {0.75, 0.5, 0.33}, without_variants, won);
+      {"v100-16gb-pcie3"}, {"densenet-mini", "resnet-mini"}, 8, {0.75, 0.5, 0.33}, without_variants, won);
   EXPECT_GT(t.compared, 0u);
   EXPECT_GT(t.won, 0u) << "no cell was won by a kept-weights variant: the comparison above proved nothing";
 }

@@ -87,7 +87,7 @@ Planned plan(const std::string& model, const std::string& policy, double fractio
       return ::testing::AssertionFailure() << "bad interval of " << g.tensor(c.tensor).name;
   }
   if (placed != swapped) return ::testing::AssertionFailure() << "copies and swapped tensors differ";
-  MemoryPlan plan{.offsets = tp.offsets, .arena_bytes = tp.bytes, .alignment = kTierSlotAlignment};
+  MemoryPlan plan{.offsets = tp.offsets, .arena_bytes = tp.bytes, .alignment = kTierSlotAlignment, .how = {}};
   if (Status s = check_memory_plan(tier_buffers(tp.copies), plan); !s.ok())
     return ::testing::AssertionFailure() << s.message();
   if (tp.bytes < tp.live_peak_bytes) return ::testing::AssertionFailure() << "placed below the live peak";

@@ -132,11 +132,13 @@ class Planner {
       // Live bytes first (cheap); the placement only once they fit.
       PlanAttempt a;
       FERRY_ASSIGN_OR_RETURN(a.schedule, complete_schedule(f_, intent()));
+      a.schedule.placement_hint = hint_;
       FERRY_ASSIGN_OR_RETURN(const Program program, lower_for_planning(f_, a.schedule));
       FERRY_ASSIGN_OR_RETURN(a.measure, measure_program(f_, a.schedule, program, /*place=*/false));
       if (a.measure.live_peak_bytes <= ctx_.budget_bytes) {
         FERRY_ASSIGN_OR_RETURN(a.measure, measure_program(f_, a.schedule, program, /*place=*/true, ctx_.budget_bytes));
         a.fits = a.measure.device_bytes <= ctx_.budget_bytes;
+        if (a.fits) hint_ = a.measure.placement;
       }
       const bool progress = decided_ > decided_before;
       if (std::getenv("FERRY_PLANNER_DEBUG"))
@@ -173,6 +175,9 @@ class Planner {
   static constexpr int kSwapOutWaitTries = 96;  // the second polish's swap-out waits (Planner::polish)
   double best_us_ = 0;
   int polish_tries_ = 0, polish_simulated_ = 0;  // over every polish of this planner (notes)
+  // Where the next placement starts (memory/sharing_plan.h, Note [Warm start]): how the last plan
+  // accepted was placed. Every schedule this planner builds carries it.
+  PlacementHint hint_;
   size_t idx(TensorId t) const { return static_cast<size_t>(t); }
   uint64_t bytes_of(TensorId t) const { return f_.aligned_bytes(t); }
   bool swaps_allowed() const { return !ctx_.recompute_only; }
@@ -898,6 +903,7 @@ class Planner {
     FERRY_ASSIGN_OR_RETURN(SimResult sim, simulate(best.schedule));
     double best_us = sim.iteration_us;
     int budget = max_evaluations;
+    hint_ = best.measure.placement;  // its changes are placed from where it was
     // One try: `change` the decisions, keep the plan if it fits and simulates faster, else `undo`.
     auto try_change = [&](auto&& change, auto&& undo, bool refine) -> Result<bool> {
       --budget;
@@ -1208,6 +1214,7 @@ class Planner {
   Result<std::optional<PlanAttempt>> try_plan(double than_us, bool refine) {
     PlanAttempt a;
     FERRY_ASSIGN_OR_RETURN(a.schedule, complete_schedule(f_, intent()));
+    a.schedule.placement_hint = hint_;  // Note [Warm start]: from the last accepted plan's placement
     // Lowered once for the live bytes, the simulation and the placement.
     FERRY_ASSIGN_OR_RETURN(const Program program, lower_for_planning(f_, a.schedule));
     FERRY_ASSIGN_OR_RETURN(a.measure, measure_program(f_, a.schedule, program, /*place=*/false));
@@ -1220,6 +1227,7 @@ class Planner {
     a.fits = a.measure.device_bytes <= ctx_.budget_bytes;
     if (!a.fits) return std::optional<PlanAttempt>();
     best_us_ = sim.iteration_us;
+    hint_ = a.measure.placement;
     return std::optional<PlanAttempt>(std::move(a));
   }
 
