@@ -343,7 +343,9 @@ class Placer {
 
 // The hinted sequence: the promoted buffers present in `buffers`, in the hint's order, then the
 // rest in the hint's visiting order (exactly the sequence that the promotions had built).
-std::vector<size_t> hinted_sequence(const std::vector<Buffer>& buffers, const PlacementHint& hint) {
+// `present` receives the hint of that sequence: the promoted keys found.
+std::vector<size_t> hinted_sequence(const std::vector<Buffer>& buffers, const PlacementHint& hint,
+                                    PlacementHint& present) {
   std::vector<size_t> base = visiting_order(buffers, hint.order);
   std::vector<std::pair<uint64_t, size_t>> by_key(buffers.size());
   for (size_t i = 0; i < buffers.size(); ++i) by_key[i] = {buffer_key(buffers[i]), i};
@@ -355,7 +357,9 @@ std::vector<size_t> hinted_sequence(const std::vector<Buffer>& buffers, const Pl
     if (it == by_key.end() || it->first != key || taken[it->second]) continue;
     taken[it->second] = true;
     sequence.push_back(it->second);
+    present.promoted.push_back(key);
   }
+  present.order = hint.order;
   for (size_t i : base)
     if (!taken[i]) sequence.push_back(i);
   return sequence;
@@ -413,16 +417,10 @@ MemoryPlan plan_memory_sharing(const std::vector<Buffer>& buffers, uint64_t alig
   std::optional<MemoryPlan> hinted;
   std::vector<size_t> hinted_order;
   if (hint != nullptr && !hint->empty()) {
-    hinted_order = hinted_sequence(buffers, *hint);
+    PlacementHint present;
+    hinted_order = hinted_sequence(buffers, *hint, present);
     hinted = placer.place(hinted_order, give_up_above);
-    hinted->how = {hint->order, {}};
-    for (size_t k = 0; k < hinted_order.size(); ++k) {
-      const uint64_t key = buffer_key(buffers[hinted_order[k]]);
-      if (k >= hint->promoted.size() ||
-          std::find(hint->promoted.begin(), hint->promoted.end(), key) == hint->promoted.end())
-        break;
-      hinted->how.promoted.push_back(key);
-    }
+    hinted->how = std::move(present);
     if (hinted->arena_bytes <= bound) return *hinted;
   }
   std::array<MemoryPlan, kDefaultPlacementOrders.size()> plans;
