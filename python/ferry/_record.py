@@ -148,11 +148,15 @@ class Recording:
             out.append(ok and not (touched & self.superseded))
         return out
 
-    def trace(self, model_name, updates=()):
+    def trace(self, model_name, updates=(), scratch_outputs=False):
         """The iteration as a Ferry trace (dict, format v2), with one update op per parameter.
 
         updates: update_groups(...): per parameter, its weight and gradient ids and its optimizer
         state, which gets graph ids after the recording's tensors.
+        scratch_outputs: give every op with measured scratch (op_scratch) an output of role
+        `workspace` of that size which no op reads, so it occupies memory exactly during its op
+        (trace format section 7); for a trace file that Ferry's CLI reads alone. The adapter's
+        planner gets the scratch beside the graph instead.
         """
         tensors = [dict(t) for t in self.tensors]
         ops = [dict(o) for o in self.ops]
@@ -164,6 +168,12 @@ class Recording:
                 tensors.append({"id": sids[-1], "name": state_name, "role": "optimizer_state", "bytes": int(nbytes)})
             update_ops.append({"name": f"optimizer.step[{name}]", "type": "opaque", "phase": "update",
                                "inputs": [wid] + sids + [gid], "outputs": [wid] + sids})
+        if scratch_outputs:
+            for op, scratch in zip(ops, self.op_scratch):
+                if scratch > 0:
+                    tensors.append({"id": len(tensors), "name": f"{op['name']}.scratch", "role": "workspace",
+                                    "bytes": int(scratch)})
+                    op["outputs"] = op["outputs"] + [tensors[-1]["id"]]
         views = {}  # (graph id, offset, bytes) -> view id, after every graph tensor
         for op, ranges in zip(ops, self.op_ranges):
             if not ranges:

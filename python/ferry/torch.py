@@ -611,8 +611,11 @@ def record(model, inputs, path, loss_fn=None, optimizer=None):
     inputs: a tensor or a tuple of arguments for model(...). loss_fn(output) gives the loss
     (default: the sum of the output). The model's gradients are left as they were (None). Returns
     the trace (dict); `ferry analyze --trace PATH` and `ferry plan --trace PATH` read the file.
-    Measured figures ride along as extensions Ferry's reader ignores: `x_measured_peak_bytes` (the
-    step's peak from PyTorch's allocator) and, per op, `x_scratch_bytes`.
+    Each op's scratch, as the recorder measured it (what PyTorch's allocator held inside the op
+    beyond its new outputs), is an extra output of role `workspace` that no op reads (trace format
+    section 7), so `ferry analyze` and `ferry plan` count it as the adapter's planner does. The
+    step's peak measured from the allocator rides along as `x_measured_peak_bytes`, an extension
+    Ferry's reader ignores.
     """
     params = list(model.named_parameters())
     _check_no_grads(params)
@@ -625,14 +628,12 @@ def record(model, inputs, path, loss_fn=None, optimizer=None):
         loss = loss_fn(out) if loss_fn is not None else out.sum()
         loss.backward()
     grads = recorder.finish(params)
-    trace = recorder.rec.trace(type(model).__name__, update_groups(recorder.rec, params, optimizer, grads))
+    trace = recorder.rec.trace(type(model).__name__, update_groups(recorder.rec, params, optimizer, grads),
+                               scratch_outputs=True)
     # Measured by the recorder, for people and tools; Ferry's reader ignores x_ fields. The step's
     # peak counts what existed before it (parameters, buffers, inputs, optimizer state) plus the
     # allocator's highest level above that during the step.
     trace["x_measured_peak_bytes"] = start_bytes + recorder.rec.peak_increase_bytes
-    for op, scratch in zip(trace["ops"], recorder.rec.op_scratch):
-        if scratch:
-            op["x_scratch_bytes"] = scratch
     for _, p in params:
         p.grad = None
     tmp = f"{path}.tmp{os.getpid()}"
