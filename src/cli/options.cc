@@ -56,6 +56,15 @@ void add_graph_options(CLI::App* app, GraphOptions& o, const std::string& defaul
                   "backend runs");
   for (CLI::Option* given_by_the_trace : {model, batch, image, seq, depth, optimizer})
     trace->excludes(given_by_the_trace);
+  // Unset, these are 0 (the model's own); given, 0 would silently mean that default.
+  const CLI::Validator positive(
+      [](std::string& value) -> std::string {
+        int64_t v = 0;
+        if (CLI::detail::lexical_cast(value, v) && v <= 0) return "must be positive, got " + value;
+        return "";
+      },
+      "POSITIVE");
+  for (CLI::Option* sized : {image, seq, depth}) sized->check(positive);
 }
 
 void add_learning_rate_option(CLI::App* app, GraphOptions& o) {

@@ -130,7 +130,10 @@ TEST(Cli, BadInputIsExitCode2WithOneLine) {
                            "analyze --model resnet50 --seq 128", "analyze --model gpt2 --seq 4096",
                            "analyze --model vgg16 --image 8", "analyze --trace /nonexistent/trace.json",
                            "analyze --model resnet50 --batch 4000000000000", "analyze --optimizer lbfgs",
-                           "analyze --no-such-flag", "train --budget 12XB", "train --iters 0", "frobnicate"}) {
+                           "analyze --no-such-flag", "train --budget 12XB", "train --iters 0", "frobnicate",
+                           // 0 is what an unset size holds (the model's own); given, it is refused.
+                           "analyze --model gpt2 --seq 0", "analyze --model vgg16 --image 0",
+                           "plan --model preact-resnet --depth 0"}) {
     Output o = ferry(args);
     EXPECT_EQ(o.code, 2) << args << ": " << o.out;
     EXPECT_TRUE(has(o.out, "error")) << args << ": " << o.out;
