@@ -80,7 +80,7 @@ void add_policy_options(CLI::App* cmd, std::string& policy, PolicyOptions& optio
 void add_host_budget_option(CLI::App* cmd, std::string& host_budget) {
   cmd->add_option("--host-budget", host_budget,
                   "Host memory for swapped tensors: bytes, with a unit (4GiB), or a percentage of what the plan keeps "
-                  "on the host tier without a cap. With --tier ssd the copies that do not fit spill to the SSD tier, "
+                  "on the host tier without a cap (train: the first plan's; later plans keep those bytes). With --tier ssd the copies that do not fit spill to the SSD tier, "
                   "coldest first (docs/dynamic.md); with --tier host a plan that needs more is refused");
 }
 

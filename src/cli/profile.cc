@@ -167,7 +167,7 @@ void register_profile(CLI::App& app, std::function<int()>& action) {
   cmd->add_option("--iters", o->iters, "Measured iterations")->capture_default_str();
   cmd->add_option("--warmup", o->warmup, "Warm-up iterations, not measured")->capture_default_str();
   cmd->add_option("--threads", o->threads,
-                  fmt::format("Compute threads (default and at most: the {} cores this process may use)", max_compute_threads()));
+                  fmt::format("Compute threads (default, or 0, and at most: the {} cores this process may use)", max_compute_threads()));
   cmd->add_option("--seed", o->seed, "Seed of the weights and data")->capture_default_str();
   cmd->add_option("--storage-dir", o->storage_dir, "Directory for the direct-I/O measurement (default: OUT's)");
   cmd->add_option("--storage-bytes", o->storage_bytes, "Bytes written and read per storage measurement")

@@ -350,13 +350,27 @@ Result<ShapePlanning> plan_shape(const TrainCliOptions& o, const TrainSetup& s, 
   const std::optional<CodecId> ssd_codec =
       o.tier == "ssd" ? *parse_lossless_codec(o.codec) : std::optional<CodecId>(CodecId::kNone);
   std::shared_ptr<std::vector<TieredPlan>> plans = sp.plans;
+  // A percentage host budget is of what the first plan keeps on the host tier without a cap; the
+  // loop's later plans (measured figures, drift) keep those bytes, so the cap the run reports and
+  // every executor's host tier are one figure, not a share of each plan's own need.
+  struct HostCap {
+    std::optional<BudgetSpec> spec;
+    std::string text;  // the first plan's description ("4.00 MiB (50% of 8.00 MiB)")
+  };
+  auto host_cap = std::make_shared<HostCap>(HostCap{.spec = host_budget, .text = {}});
   sp.planner = [=](const Graph& timed, const CostModel& cost) -> Result<Schedule> {
     if (policy == "none") return Schedule::keep_all(timed.ops.size());
     PlanContext ctx{.graph = timed, .cost = cost, .budget_bytes = budget, .tier = tier, .op_scratch_bytes = scratch,
                     .options = options};
     ctx.recompute_only = recompute_only;
     ctx.ssd_codec = ssd_codec;
-    FERRY_ASSIGN_OR_RETURN(TieredPlan plan, plan_tiered(policy, ctx, host_budget));
+    FERRY_ASSIGN_OR_RETURN(TieredPlan plan, plan_tiered(policy, ctx, host_cap->spec));
+    if (host_cap->spec && host_cap->spec->percent && plan.host_budget_bytes) {
+      host_cap->text = plan.host_budget_text;
+      host_cap->spec = BudgetSpec{.text = host_cap->spec->text, .bytes = *plan.host_budget_bytes, .percent = {}};
+    } else if (!host_cap->text.empty()) {
+      plan.host_budget_text = host_cap->text;
+    }
     Schedule schedule = plan.report.schedule;
     plans->push_back(std::move(plan));
     return schedule;
@@ -833,7 +847,7 @@ void register_train(CLI::App& app, std::function<int()>& action) {
                   "small a budget fails before the first kernel, saying how much is needed");
   cmd->add_option("--seed", o->seed, "Seed of the weights, the synthetic data and dropout")->capture_default_str();
   cmd->add_option("--threads", o->threads,
-                  fmt::format("Compute threads (default and at most: the {} cores this process may use)", max_compute_threads()));
+                  fmt::format("Compute threads (default, or 0, and at most: the {} cores this process may use)", max_compute_threads()));
   cmd->add_option("--data", o->data, "Training data: synthetic (learnable, built in) or cifar10:DIR (binary batches)")
       ->capture_default_str();
   add_policy_options(cmd, o->policy, o->policy_options,
