@@ -282,5 +282,74 @@ TEST(HostUpdatePlans, MixedPrecisionSplitsUpdatesBetweenHostAndDevice) {
   EXPECT_TRUE(planner::host_split_order(quick, *ff, ff->host_updatable).empty());
 }
 
+// Checks that no host update of `s` starts, in the simulator, before its release time (bound.h:
+// the premise of the bound's host rows); returns how many host updates it saw.
+size_t expect_host_updates_after_release(const PlanContext& ctx, const PlanFacts& f, const Schedule& s) {
+  const std::vector<double> release = host_update_release_us(f);
+  std::vector<double> release_of(ctx.graph.ops.size(), 0);
+  for (size_t k = 0; k < f.host_updatable.size(); ++k) release_of[static_cast<size_t>(f.host_updatable[k])] = release[k];
+  SimOptions so;
+  so.timing_only = true;
+  so.op_scratch_bytes = ctx.op_scratch_bytes;
+  Schedule coded = s;
+  if (coded.ssd_codecs.empty()) attach_ssd_codecs(ssd_codec_choice(ctx), coded);
+  Result<SimResult> r = simulate(ctx.graph, coded, ctx.cost, so);
+  EXPECT_TRUE(r.ok()) << r.status().message();
+  if (!r.ok()) return 0;
+  size_t seen = 0;
+  for (const SimEvent& e : r->events) {
+    if (e.kind != EventKind::kHostUpdate) continue;
+    ++seen;
+    EXPECT_GE(e.start_us, release_of[static_cast<size_t>(e.op)] * (1 - 1e-9)) << ctx.graph.op(e.op).name;
+  }
+  return seen;
+}
+
+// The host lane's release times (bound.h): an update on the host cannot start before its gradient
+// exists, so the updates whose gradients come late in the backward pass finish after it. The
+// bound with them is never below the bound without (they only add rows), is above it in some
+// cell (the rows bind: wired to no step they would not), and stays below ferry's plan and the
+// plan with every update on the host. The premise, checked on the simulated timelines of both
+// plans: no host update starts before its release time (host_update_release_us).
+TEST(HostUpdatePlans, TheBoundWaitsForTheGradients) {
+  size_t tighter = 0, host_updates_seen = 0;
+  for (const char* name : {"gpt2-mini", "resnet-mini"})
+    for (double host_rate : {1e9, 1e10, 1e11}) {
+      const Graph g = adam_model(name);
+      const CostModel cost = host_cost(host_rate);
+      PlanContext ctx{.graph = g, .cost = cost};
+      ctx.op_scratch_bytes = policy_test::backend_like_scratch(g);
+      const uint64_t full = policy_test::must_plan("none", ctx).device_bytes;
+      for (double fraction : {0.8, 0.6, 0.4, 0.25}) {
+        SCOPED_TRACE(::testing::Message() << name << " at " << 100 * fraction << "%, host " << host_rate / 1e9 << " GB/s");
+        ctx.budget_bytes = static_cast<uint64_t>(fraction * static_cast<double>(full));
+        Result<PlanFacts> f = make_plan_facts(ctx);
+        ASSERT_TRUE(f.ok());
+        LowerBoundOptions total_only;
+        total_only.host_release_times = false;
+        Result<LowerBound> with = plan_lower_bound(ctx, *f), without = plan_lower_bound(ctx, *f, total_only);
+        ASSERT_TRUE(with.ok() && without.ok());
+        EXPECT_GE(with->us, without->us * (1 - 1e-6));
+        // Every update on the host (the plan the release rows are about) and ferry's plan.
+        Result<Schedule> all_host = complete_schedule(
+            *f, planner::with_host_updates(*f, empty_schedule(ctx, "t"), f->host_updatable));
+        ASSERT_TRUE(all_host.ok()) << all_host.status().message();
+        host_updates_seen += expect_host_updates_after_release(ctx, *f, *all_host);
+        if (measure_schedule(*f, *all_host)->device_bytes <= ctx.budget_bytes) {
+          EXPECT_LE(with->us, simulated_us(ctx, *all_host) * (1 + 1e-9));
+        }
+        Result<PlanAttempt> plan = plan_ferry(ctx, *f);
+        ASSERT_TRUE(plan.ok());
+        if (plan->fits) {
+          host_updates_seen += expect_host_updates_after_release(ctx, *f, plan->schedule);
+          EXPECT_LE(with->us, simulated_us(ctx, plan->schedule) * (1 + 1e-9));
+        }
+        if (with->method == "lp" && with->us > without->us * (1 + 1e-6)) ++tighter;
+      }
+    }
+  EXPECT_GT(tighter, 0u) << "the release times never raised the bound: the check above proved nothing";
+  EXPECT_GT(host_updates_seen, 0u);
+}
+
 }  // namespace
 }  // namespace ferry

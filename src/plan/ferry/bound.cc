@@ -109,6 +109,20 @@ double compute_floor_us(double device_us, const std::vector<OpId>& host_ops, con
 
 }  // namespace
 
+std::vector<double> host_update_release_us(const PlanFacts& facts) {
+  const Graph& g = facts.g();
+  std::vector<bool> host_op(g.ops.size(), false);
+  for (OpId u : facts.host_updatable) host_op[static_cast<size_t>(u)] = true;
+  std::vector<double> done(g.ops.size() + 1, 0);  // least compute time before step s (updates all on the host)
+  for (size_t s = 0; s < g.ops.size(); ++s) done[s + 1] = done[s] + (host_op[s] ? 0 : facts.op_us[s]);
+  std::vector<double> out;
+  for (OpId u : facts.host_updatable) {
+    const OpId p = facts.producer[static_cast<size_t>(g.op(u).inputs[1])];
+    out.push_back(p == kNoOp ? 0 : done[static_cast<size_t>(p) + 1]);
+  }
+  return out;
+}
+
 Result<LowerBound> plan_lower_bound(const PlanContext& ctx, const PlanFacts& facts, const LowerBoundOptions& o) {
   const auto start = std::chrono::steady_clock::now();
   const Graph& g = facts.g();
@@ -176,13 +190,13 @@ Result<LowerBound> plan_lower_bound(const PlanContext& ctx, const PlanFacts& fac
   // off the device without crossing a link. The other credits above are taken whatever h is
   // (weights' swap-outs, gradients' swap-ins): optimistic, so the bound stays one.
   std::vector<int> host_col(host_ops.size(), -1);
-  Terms host_lane{{T, -1.0}};
+  std::vector<double> host_us_of(host_ops.size(), 0);  // 0: the host cannot run it
   double host_device_us = 0;
   for (size_t k = 0; k < host_ops.size(); ++k) {
     const Op& u = g.op(host_ops[k]);
     const std::optional<double> host_us = ctx.cost.host_update_us(g, u);
     host_col[k] = lp.add_column(0, host_us ? 1 : 0);
-    if (host_us) host_lane.emplace_back(host_col[k], *host_us);
+    if (host_us) host_us_of[k] = *host_us;
     host_device_us += facts.op_us[static_cast<size_t>(u.id)];
   }
   RunningSum recomputed(steps), swapped_transient(steps), swapped_persistent(steps);
@@ -311,7 +325,27 @@ Result<LowerBound> plan_lower_bound(const PlanContext& ctx, const PlanFacts& fac
   for (size_t k = 0; k < host_ops.size(); ++k)
     compute.emplace_back(host_col[k], -facts.op_us[static_cast<size_t>(host_ops[k])]);
   lp.add_row(compute, -kInfinity, -(compute_us + host_device_us));
-  if (host_lane.size() > 1) lp.add_row(host_lane, -kInfinity, 0);
+  // The host lane, with release times (host_update_release_us): the lane runs one update at a
+  // time, so the updates released at r_k or later end no earlier than r_k plus their host time:
+  //   T >= r_k + sum_{r_j >= r_k} host_j * h_j.
+  // Chained from the latest release back (S_k = S_{k+1} + host_k * h_k), O(host updates)
+  // non-zeros. Without release times (r = 0), the earliest row is the lane's total.
+  {
+    const std::vector<double> release_us = host_update_release_us(facts);
+    std::vector<std::pair<double, size_t>> released;  // (release, k) of the updates the host can run
+    for (size_t k = 0; k < host_ops.size(); ++k)
+      if (host_us_of[k] > 0) released.emplace_back(o.host_release_times ? release_us[k] : 0.0, k);
+    std::sort(released.rbegin(), released.rend());
+    int later = -1;  // S of the updates released later
+    for (auto [release, k] : released) {
+      const int sum = lp.add_column(0, kInfinity);
+      Terms chain{{sum, 1.0}, {host_col[k], -host_us_of[k]}};
+      if (later >= 0) chain.emplace_back(later, -1.0);
+      lp.add_row(chain, 0, 0);
+      lp.add_row({{T, 1.0}, {sum, -1.0}}, release, kInfinity);
+      later = sum;
+    }
+  }
   out.lp_rows = lp.num_rows();
   out.lp_columns = lp.num_columns();
   Result<LinearProgram::Solution> sol = lp.solve(o.time_limit_s);

@@ -10,6 +10,9 @@
 //            at s went out before s began and come back after it, on links of that rate)
 //   links    T >= total time each link (d2h, h2d, SSD write, SSD read) is busy
 //   compute  T >= sum of op times + sum_c y_c * (producer time of c)
+//   host     T >= r_k + sum_{j: r_j >= r_k} host_j * h_j   (every update k that may run on the host:
+//            it starts after its gradient's producer p_k ran, r_k = prefix(p_k + 1), and the host
+//            lane runs one update at a time)
 // Every real plan gives a feasible point with objective <= its simulated time (memory credited
 // for whole gaps, recompute charged its producer only, transfers only their link time: all
 // optimistic), so the LP optimum is a lower bound. Intervals are encoded with running sums, so
@@ -17,6 +20,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 #include "plan/policy_common.h"
@@ -36,7 +40,18 @@ struct LowerBoundOptions {
   // still valid, bound.
   size_t max_constrained_steps = 256;
   double time_limit_s = 30;
+  // The host lane's release times (bound.cc): an update on the host starts no earlier than the
+  // device has produced its gradient. Off, the lane is charged its total only (a weaker bound;
+  // tests compare).
+  bool host_release_times = true;
 };
+
+// Per update in facts.host_updatable, the earliest time it can start on the host in any plan: its
+// gradient is off the device only after the gradient's producer ran, and the compute stream
+// reaches that no earlier than the sum of the device times of the ops up to it (updates counted
+// as on the host). The simulator's host lane never starts an update before (kHostRun waits for
+// the compute stream and the gradient's copy); the bound's host rows rest on that.
+std::vector<double> host_update_release_us(const PlanFacts& facts);
 
 // The bound for ctx (its budget, tier and recompute_only). Without COIN-OR, or when the solver
 // does not finish in time, the compute bound (sum of op times), which is valid but weak.
