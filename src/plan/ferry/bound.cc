@@ -212,6 +212,30 @@ Result<LowerBound> plan_lower_bound(const PlanContext& ctx, const PlanFacts& fac
     h2d.emplace_back(col, leg(Link::kHostToDevice, bytes));
     if (ssd) ssd_read.emplace_back(col, ssd_leg(Direction::kSwapIn, t));
   };
+  // The cyclic copies' timing (Note [Cyclic copies' release and deadline] below): per copy, the
+  // step after which it can leave or before which it must be back, its column and its link time.
+  struct TimedCopy {
+    size_t step;
+    int col;
+    double us;
+  };
+  std::vector<TimedCopy> timed_out, timed_in;
+  std::vector<int64_t> last_write(g.tensors.size(), -1);
+  for (const Op& op : g.ops)
+    for (TensorId t : op.outputs) last_write[static_cast<size_t>(t)] = op.id;
+  auto time_out = [&](const GapSpec& c, int col, double us) {
+    if (o.cyclic_copy_times && last_write[static_cast<size_t>(c.tensor)] >= 0)
+      timed_out.push_back({static_cast<size_t>(last_write[static_cast<size_t>(c.tensor)]), col, us});
+  };
+  // Only where the first access is a device op reading the tensor: it waits for the copy there.
+  std::vector<bool> may_run_on_host(n, false);
+  for (OpId u : host_ops) may_run_on_host[static_cast<size_t>(u)] = true;
+  auto time_in = [&](const GapSpec& c, int col, double us, bool on_device) {
+    const Op& first = g.op(static_cast<OpId>(c.to));
+    if (!o.cyclic_copy_times || (!on_device && may_run_on_host[static_cast<size_t>(first.id)])) return;
+    if (std::find(first.inputs.begin(), first.inputs.end(), c.tensor) == first.inputs.end()) return;
+    timed_in.push_back({static_cast<size_t>(c.to), col, us});
+  };
   // Persistent tensors first: their cyclic gap's column is the offload decision.
   for (const GapSpec& c : gaps) {
     if (!c.cyclic) continue;
@@ -229,6 +253,8 @@ Result<LowerBound> plan_lower_bound(const PlanContext& ctx, const PlanFacts& fac
       lp.add_row({{x, 1.0}, {host_col[static_cast<size_t>(update)], -1.0}, {z, -1.0}}, -kInfinity, 0);
       d2h.emplace_back(z, leg(Link::kDeviceToHost, bytes));
       h2d.emplace_back(z, leg(Link::kHostToDevice, bytes));
+      time_out(c, z, leg(Link::kDeviceToHost, bytes));
+      time_in(c, z, leg(Link::kHostToDevice, bytes), /*on_device=*/true);  // z: its update runs on the device
       continue;
     }
     if (update >= 0) {
@@ -236,10 +262,15 @@ Result<LowerBound> plan_lower_bound(const PlanContext& ctx, const PlanFacts& fac
       // so it comes back over the host link (never the disk: host updates keep it in memory).
       lp.add_row({{host_col[static_cast<size_t>(update)], 1.0}, {x, -1.0}}, -kInfinity, 0);
       h2d.emplace_back(x, leg(Link::kHostToDevice, g.tensor(c.tensor).bytes));
+      time_in(c, x, leg(Link::kHostToDevice, g.tensor(c.tensor).bytes), false);
       continue;
     }
-    if (acc.written[static_cast<size_t>(c.tensor)]) add_out(x, c.tensor);
+    if (acc.written[static_cast<size_t>(c.tensor)]) {
+      add_out(x, c.tensor);
+      time_out(c, x, leg(Link::kDeviceToHost, g.tensor(c.tensor).bytes));
+    }
     add_in(x, c.tensor);
+    time_in(c, x, leg(Link::kHostToDevice, g.tensor(c.tensor).bytes), false);
   }
   for (const GapSpec& c : gaps) {
     if (c.cyclic) continue;
@@ -345,6 +376,38 @@ Result<LowerBound> plan_lower_bound(const PlanContext& ctx, const PlanFacts& fac
       lp.add_row({{T, 1.0}, {sum, -1.0}}, release, kInfinity);
       later = sum;
     }
+  }
+  // Note [Cyclic copies' release and deadline]
+  //   A persistent tensor offloaded between iterations (its cyclic gap) leaves the device after
+  //   its last write of the iteration and is back before its first access (a device op reading
+  //   it); the simulator times one iteration from idle links that run one copy at a time each. So
+  //   the cyclic swap-outs of the tensors last written at step w or later all cross the
+  //   device-to-host link after the device ran every op up to w:
+  //     T >= prefix[w + 1] + sum of their d2h times;
+  //   and the cyclic swap-ins due at step f or earlier all cross the host-to-device link before
+  //   the op at f starts, which leaves at least the ops from f on to run:
+  //     T >= sum of their h2d times + (compute - prefix[f]).
+  //   Fractions of copies, chained sums, one row per distinct step. The same rows for transient
+  //   swaps (released by their producer, due at the read ending the gap) raised no bound of the
+  //   benchmark's ResNet-152 cells (2026-11-29) and were left out.
+  {
+    auto chain = [&](std::vector<TimedCopy>& copies, bool latest_first, auto&& floor_at) {
+      std::sort(copies.begin(), copies.end(), [&](const TimedCopy& a, const TimedCopy& b) {
+        return latest_first ? a.step > b.step : a.step < b.step;
+      });
+      int before = -1;
+      for (size_t k = 0; k < copies.size(); ++k) {
+        const int sum = lp.add_column(0, kInfinity);
+        Terms row{{sum, 1.0}, {copies[k].col, -copies[k].us}};
+        if (before >= 0) row.emplace_back(before, -1.0);
+        lp.add_row(row, 0, 0);
+        before = sum;
+        if (k + 1 == copies.size() || copies[k + 1].step != copies[k].step)
+          lp.add_row({{T, 1.0}, {sum, -1.0}}, floor_at(copies[k].step), kInfinity);
+      }
+    };
+    chain(timed_out, true, [&](size_t w) { return prefix[w + 1]; });
+    chain(timed_in, false, [&](size_t f) { return compute_us - prefix[f]; });
   }
   out.lp_rows = lp.num_rows();
   out.lp_columns = lp.num_columns();

@@ -13,6 +13,9 @@
 //   host     T >= r_k + sum_{j: r_j >= r_k} host_j * h_j   (every update k that may run on the host:
 //            it starts after its gradient's producer p_k ran, r_k = prefix(p_k + 1), and the host
 //            lane runs one update at a time)
+//   cyclic   T >= prefix(w + 1) + d2h time of the cyclic swap-outs of tensors last written at w
+//            or later;  T >= h2d time of the cyclic swap-ins of tensors first read at f or
+//            earlier + compute from f on  (links run one copy at a time, from idle)
 // Every real plan gives a feasible point with objective <= its simulated time (memory credited
 // for whole gaps, recompute charged its producer only, transfers only their link time: all
 // optimistic), so the LP optimum is a lower bound. Intervals are encoded with running sums, so
@@ -44,6 +47,9 @@ struct LowerBoundOptions {
   // device has produced its gradient. Off, the lane is charged its total only (a weaker bound;
   // tests compare).
   bool host_release_times = true;
+  // The cyclic copies' release and deadline rows (bound.cc): a persistent tensor offloaded between
+  // iterations leaves after its last write and is back before its first access.
+  bool cyclic_copy_times = true;
 };
 
 // Per update in facts.host_updatable, the earliest time it can start on the host in any plan: its
