@@ -391,6 +391,8 @@ nlohmann::json decisions_json(const Graph& g, const std::vector<TensorDecision>&
                    {"ssd_codec", std::string(to_string(d.ssd_codec))},
                    {"link_ms", d.link_us / 1e3},
                    {"recompute_ms", d.recompute_us / 1e3},
+                   {"wait_ms", d.wait_us / 1e3},
+                   {"exposed_ms", d.exposed_us() / 1e3},
                    {"alternative", d.alternative}});
   return out;
 }
@@ -398,18 +400,18 @@ nlohmann::json decisions_json(const Graph& g, const std::vector<TensorDecision>&
 void print_decisions(const Graph& g, const std::vector<TensorDecision>& ds) {
   uint64_t bytes = 0;
   for (const TensorDecision& d : ds) bytes += d.bytes;
-  std::printf("  decisions   %zu tensors moved (%s); the ten costliest (estimated link or recompute time; link time "
-              "is hidden where it overlaps compute):\n",
+  std::printf("  decisions   %zu tensors moved (%s); the ten costliest (exposed: recompute time plus the simulated "
+              "waits for their copies; link: their copies' time, hidden where it overlaps compute):\n",
               ds.size(), format_bytes(bytes).c_str());
-  std::printf("    %-40s %-15s %-14s %10s %6s %10s  %s\n", "tensor", "role", "move", "bytes", "steps", "cost ms",
-              "rejected alternative");
+  std::printf("    %-40s %-15s %-14s %10s %6s %10s %10s  %s\n", "tensor", "role", "move", "bytes", "steps",
+              "exposed ms", "link ms", "rejected alternative");
   for (size_t i = 0; i < std::min<size_t>(10, ds.size()); ++i) {
     const TensorDecision& d = ds[i];
     std::string name = g.tensor(d.tensor).name;
     if (name.size() > 40) name = "..." + name.substr(name.size() - 37);
-    std::printf("    %-40s %-15s %-14s %10s %6d %10.3f  %s\n", name.c_str(),
+    std::printf("    %-40s %-15s %-14s %10s %6d %10.3f %10.3f  %s\n", name.c_str(),
                 std::string(to_string(g.tensor(d.tensor).role)).c_str(), d.move.c_str(), format_bytes(d.bytes).c_str(),
-                d.away_steps, d.cost_us() / 1e3, d.alternative.c_str());
+                d.away_steps, d.exposed_us() / 1e3, d.link_us / 1e3, d.alternative.c_str());
   }
 }
 
@@ -467,6 +469,7 @@ int run_plan(const PlanOptions& given) {
   so.budget_bytes = s.budget_bytes;
   so.op_scratch_bytes = s.scratch;
   so.record_timeline = !o.trace_out.empty() || !o.plot.empty();
+  so.record_waits = o.explain;  // per tensor, the waits --explain charges to it
   clock = std::chrono::steady_clock::now();
   Result<SimResult> r = simulate(s.graph, schedule, cost, so);
   times.simulate_s = seconds_since(clock);
@@ -491,11 +494,11 @@ int run_plan(const PlanOptions& given) {
     j["gap"] = r->iteration_us / bound->us;
     j["tiers"] = tiers_json(*planned);
     j["seconds"] = {{"planning", times.plan_s}, {"simulation", times.simulate_s}, {"bound", times.bound_s}};
-    if (o.explain) j["decisions"] = decisions_json(s.graph, explain_schedule(s.graph, cost, schedule));
+    if (o.explain) j["decisions"] = decisions_json(s.graph, explain_schedule(s.graph, cost, schedule, &*r));
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     print_plan_summary(o, s, *planned, *r, *bound, times);
-    if (o.explain) print_decisions(s.graph, explain_schedule(s.graph, cost, schedule));
+    if (o.explain) print_decisions(s.graph, explain_schedule(s.graph, cost, schedule, &*r));
   }
   return r->feasible ? 0 : 1;
 }
@@ -534,8 +537,9 @@ void register_plan(CLI::App& app, std::function<int()>& action) {
   add_host_budget_option(cmd, o->host_budget);
   cmd->add_flag("--explain", o->explain,
                 "For every tensor the plan moves: swap, recompute or offload, the bytes it frees and for how many steps, "
-                "its estimated link or recompute time, and the alternative it did not take (human output: the ten "
-                "costliest; --json: all, under \"decisions\")");
+                "its estimated link and recompute time, the simulated time the iteration waited for its copies, and "
+                "the alternative it did not take (human output: the ten that add the most time; --json: all, under "
+                "\"decisions\")");
   cmd->add_flag("--json", o->json, "Print the prediction as JSON (feasible, iteration_ms, compute_ms, stall_ms, "
                                    "peak_bytes, bytes_d2h, bytes_h2d, ...)");
   cmd->add_flag("--logical-sizes", o->logical_sizes,

@@ -10,7 +10,8 @@
 
 namespace ferry {
 
-std::vector<TensorDecision> explain_schedule(const Graph& g, const CostModel& cost, const Schedule& s) {
+std::vector<TensorDecision> explain_schedule(const Graph& g, const CostModel& cost, const Schedule& s,
+                                             const SimResult* sim) {
   const int32_t n = static_cast<int32_t>(g.ops.size());
   std::vector<OpId> producer(g.tensors.size(), kNoOp);
   for (const Op& op : g.ops)
@@ -100,10 +101,16 @@ std::vector<TensorDecision> explain_schedule(const Graph& g, const CostModel& co
     } else {
       d.alternative = keep;
     }
+    if (sim != nullptr) {
+      const size_t i = static_cast<size_t>(t);
+      if (i < sim->swap_in_wait_us.size()) d.wait_us += sim->swap_in_wait_us[i];
+      if (i < sim->swap_out_wait_us.size()) d.wait_us += sim->swap_out_wait_us[i];
+    }
     out.push_back(std::move(d));
   }
   std::sort(out.begin(), out.end(), [](const TensorDecision& a, const TensorDecision& b) {
-    return a.cost_us() != b.cost_us() ? a.cost_us() > b.cost_us() : a.tensor < b.tensor;
+    if (a.exposed_us() != b.exposed_us()) return a.exposed_us() > b.exposed_us();
+    return a.link_us != b.link_us ? a.link_us > b.link_us : a.tensor < b.tensor;
   });
   return out;
 }

@@ -9,6 +9,7 @@
 #include "cost/cost_model.h"
 #include "graph/graph.h"
 #include "schedule/schedule.h"
+#include "sim/simulator.h"
 
 namespace ferry {
 
@@ -22,11 +23,18 @@ struct TensorDecision {
   CodecId ssd_codec = CodecId::kNone;  // how its SSD copies are coded (Schedule::ssd_codecs)
   double link_us = 0;       // estimated link time of its copies (both directions, the cost model's transfer time)
   double recompute_us = 0;  // estimated time of the ops that recompute it
-  double cost_us() const { return link_us + recompute_us; }
+  // Simulated time the compute stream waited for its copies (swap-ins landing, swap-outs
+  // finishing), from the simulation of this schedule; 0 when none was given.
+  double wait_us = 0;
+  // What it adds to the iteration: its recomputes and the waits for it. Its link time is not in
+  // it: where a copy overlaps compute it costs nothing, and where it does not, the wait says so.
+  double exposed_us() const { return recompute_us + wait_us; }
   std::string alternative;  // the option not taken and its estimated cost
 };
 
-// Every tensor the schedule moves, costliest (link + recompute time) first.
-std::vector<TensorDecision> explain_schedule(const Graph& g, const CostModel& cost, const Schedule& s);
+// Every tensor the schedule moves, costliest first: by exposed time, then by link time. `sim`:
+// a simulation of `s` with SimOptions::record_waits (its per-tensor waits), or null.
+std::vector<TensorDecision> explain_schedule(const Graph& g, const CostModel& cost, const Schedule& s,
+                                             const SimResult* sim = nullptr);
 
 }  // namespace ferry

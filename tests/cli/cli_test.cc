@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <string>
 
@@ -873,6 +874,21 @@ TEST(Cli, PlanExplainSaysWhatEveryMovedTensorCostsAndTheAlternative) {
     }
   }
   EXPECT_EQ(swaps > 0, j["swap_ins"].get<int>() > 0);
+  // Ranked by what they add to the iteration (recomputes and the simulated waits for their
+  // copies), whose waits are the plan's stalls shared out; here on a plan that has stalls.
+  Output w = ferry("plan --model gpt2-mini --batch 4 --budget 30% --device v100-16gb-pcie3 --explain --json");
+  ASSERT_EQ(w.code, 0) << w.out;
+  const auto wj = nlohmann::json::parse(w.out);
+  ASSERT_GT(wj["stall_ms"].get<double>(), 0) << "no stall: the waits below are not checked";
+  double waits = 0, previous = std::numeric_limits<double>::infinity();
+  for (const auto& d : wj["decisions"]) {
+    const double exposed = d["exposed_ms"].get<double>();
+    EXPECT_DOUBLE_EQ(exposed, d["wait_ms"].get<double>() + d["recompute_ms"].get<double>());
+    EXPECT_LE(exposed, previous) << d["tensor"];
+    previous = exposed;
+    waits += d["wait_ms"].get<double>();
+  }
+  EXPECT_NEAR(waits, wj["stall_ms"].get<double>(), 1e-6 * wj["stall_ms"].get<double>());
   // Recomputation only: every decision is a recompute.
   Output r = ferry("plan --model resnet-mini --batch 4 --budget 92% --tier none --explain --json");
   ASSERT_EQ(r.code, 0) << r.out;
