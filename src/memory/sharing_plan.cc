@@ -385,7 +385,12 @@ uint64_t buffer_key(const Buffer& b) {
   const uint64_t owner = !b.tensors.empty()      ? static_cast<uint64_t>(static_cast<uint32_t>(b.tensors.front()))
                          : b.scratch_of != kNoOp ? (uint64_t{1} << 32) | static_cast<uint32_t>(b.scratch_of)
                                                  : (uint64_t{2} << 32) | static_cast<uint32_t>(b.id);
-  return (owner << 24) ^ static_cast<uint64_t>(static_cast<uint32_t>(b.first_step));
+  // owner < 2^34 (two bits of kind, 32 of id) above a 30-bit step: distinct for every pair of
+  // buffers of a graph with fewer than 2^30 steps (an XOR of owner << 24 with the step, before,
+  // made buffers collide from 2^24 steps on).
+  constexpr uint64_t kStepBits = 30;
+  const uint64_t step = static_cast<uint64_t>(static_cast<uint32_t>(b.first_step)) & ((uint64_t{1} << kStepBits) - 1);
+  return (owner << kStepBits) | step;
 }
 
 std::string_view to_string(PlacementOrder order) {

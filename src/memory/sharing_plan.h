@@ -55,8 +55,9 @@ struct MemoryPlan {
 };
 
 // A name for a buffer that stays the same when the program around it changes: its first tensor
-// (or the op whose scratch it is) and its first step. Keys only guide a search: two buffers that
-// shared one would be visited in an order still valid, only not the hinted one.
+// (or the op whose scratch it is) and its first step; distinct for distinct (owner, step) below
+// 2^30 steps. Keys only guide a search: two buffers that shared one would be visited in an order
+// still valid, only not the hinted one.
 uint64_t buffer_key(const Buffer& b);
 
 inline constexpr std::array<PlacementOrder, 4> kAllPlacementOrders = {

@@ -178,6 +178,30 @@ TEST(SharingPlan, RandomBufferSetsGiveValidPlansNoSmallerThanTheBound) {
 // "fits" found by a planner holds for whoever places the same buffers later with the same hint
 // (the simulator, the executor). Hints from a neighbouring buffer set (one buffer dropped, one
 // lifetime stretched: a polish's change) only guide the search: every plan stays valid.
+// Keys name (owner, first step) without collisions, also past 2^24 steps (where owner << 24 XOR
+// step made tensor 1 at step 0 and tensor 0 at step 2^24 one key).
+TEST(SharingPlan, BufferKeysAreDistinctForDistinctOwnersAndSteps) {
+  std::vector<uint64_t> keys;
+  for (TensorId t : {0, 1, 2, 1 << 20})
+    for (int32_t step : {0, 1, 1 << 24, (1 << 24) + 1, (1 << 29) + 3}) {
+      Buffer tensor_buffer;
+      tensor_buffer.tensors = {t};
+      tensor_buffer.first_step = step;
+      keys.push_back(buffer_key(tensor_buffer));
+      Buffer scratch;
+      scratch.scratch_of = static_cast<OpId>(t);
+      scratch.first_step = step;
+      keys.push_back(buffer_key(scratch));
+      Buffer anonymous;
+      anonymous.id = t;
+      anonymous.first_step = step;
+      keys.push_back(buffer_key(anonymous));
+    }
+  std::vector<uint64_t> sorted = keys;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(std::unique(sorted.begin(), sorted.end()), sorted.end()) << "two buffers share a key";
+}
+
 TEST(SharingPlan, AHintReplaysItsPlacementAndABudgetedSearchNeverBeatsTheFullOne) {
   std::mt19937_64 rng(11);
   int promoted = 0;  // trials whose placement came from promotions (a non-empty hint)
