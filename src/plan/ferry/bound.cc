@@ -137,9 +137,10 @@ Result<LowerBound> plan_lower_bound(const PlanContext& ctx, const PlanFacts& fac
       host_gradient(g.tensors.size(), false);
   // update_of[t]: the index in host_ops of the update writing t (weights, optimizer state).
   std::vector<int> update_of(g.tensors.size(), -1);
+  std::vector<bool> host_op(n, false);  // the op is an update the host may run
+  for (OpId u : host_ops) host_op[static_cast<size_t>(u)] = true;
   {
-    std::vector<bool> read_on_device(g.tensors.size(), false), host_op(n, false);
-    for (OpId u : host_ops) host_op[static_cast<size_t>(u)] = true;
+    std::vector<bool> read_on_device(g.tensors.size(), false);
     for (const Op& op : g.ops)
       if (!host_op[static_cast<size_t>(op.id)])
         for (TensorId t : op.inputs) read_on_device[static_cast<size_t>(t)] = true;
@@ -228,11 +229,9 @@ Result<LowerBound> plan_lower_bound(const PlanContext& ctx, const PlanFacts& fac
       timed_out.push_back({static_cast<size_t>(last_write[static_cast<size_t>(c.tensor)]), col, us});
   };
   // Only where the first access is a device op reading the tensor: it waits for the copy there.
-  std::vector<bool> may_run_on_host(n, false);
-  for (OpId u : host_ops) may_run_on_host[static_cast<size_t>(u)] = true;
   auto time_in = [&](const GapSpec& c, int col, double us, bool on_device) {
     const Op& first = g.op(static_cast<OpId>(c.to));
-    if (!o.cyclic_copy_times || (!on_device && may_run_on_host[static_cast<size_t>(first.id)])) return;
+    if (!o.cyclic_copy_times || (!on_device && host_op[static_cast<size_t>(first.id)])) return;
     if (std::find(first.inputs.begin(), first.inputs.end(), c.tensor) == first.inputs.end()) return;
     timed_in.push_back({static_cast<size_t>(c.to), col, us});
   };
