@@ -45,6 +45,15 @@
 //   deterministic in (buffers, hint), and a caller with a budget stops at a prefix of the search a
 //   caller without one makes, so whoever places the plan later with the same hint never gets a
 //   larger arena.
+//   A hint is an order alone where the plan fitted without promotions; it is used all the same
+//   (only the first default order, which the search tries first anyway, makes a hint empty). A
+//   caller that does not refine (the polish, which rejects a change that does not fit at once)
+//   stops after the sequence of such a hint: the plan was placed in that order because the orders
+//   before it had missed. Pre-activation ResNet-1001 (b16, 33%, A100 profile): 33 of 35 polish
+//   placements missed the budget, each in all three orders, and none fitted in another order
+//   than the hint's; with the hint's order alone, the same plan in half the planning time
+//   (10.7 -> 5.3 s, measured side by side). A hint with promotions is followed by the orders as
+//   before: stopping there too made H100 GPT-2 XL at 33% 0.25% slower.
 //
 // Note [Occupancy tree]
 //   A segment tree over steps; node v covers a range of steps R(v). Each node keeps two sets of
@@ -427,12 +436,19 @@ MemoryPlan plan_memory_sharing(const std::vector<Buffer>& buffers, uint64_t alig
     hinted = placer.place(hinted_order, give_up_above);
     hinted->how = std::move(present);
     if (hinted->arena_bytes <= bound) return *hinted;
+    // A caller that rejects what does not fit at once (no refinement), with a hint that is an
+    // order alone: stop (Note [Warm start]).
+    if (!refine && hinted->how.promoted.empty()) return *hinted;
   }
   std::array<MemoryPlan, kDefaultPlacementOrders.size()> plans;
   size_t best = 0;
   for (size_t k = 0; k < plans.size(); ++k) {
-    plans[k] = placer.place(visiting_order(buffers, kDefaultPlacementOrders[k]), give_up_above);
-    plans[k].how = {kDefaultPlacementOrders[k], {}};
+    if (hinted && hinted->how.promoted.empty() && hinted->how.order == kDefaultPlacementOrders[k]) {
+      plans[k] = *hinted;  // the hint is this order alone: already placed
+    } else {
+      plans[k] = placer.place(visiting_order(buffers, kDefaultPlacementOrders[k]), give_up_above);
+      plans[k].how = {kDefaultPlacementOrders[k], {}};
+    }
     if (plans[k].arena_bytes < plans[best].arena_bytes) best = k;
     if (plans[best].arena_bytes <= bound) return plans[best];  // optimal: nothing can do better
   }

@@ -43,7 +43,8 @@ enum class PlacementOrder : uint8_t {
 struct PlacementHint {
   PlacementOrder order{};
   std::vector<uint64_t> promoted;  // buffer_key of each promoted buffer, in visiting order
-  bool empty() const { return promoted.empty(); }
+  // Nothing the search without a hint would not try first: no promotions, the first default order.
+  bool empty() const { return promoted.empty() && order == PlacementOrder::kSizeDesc; }
   bool operator==(const PlacementHint&) const = default;
 };
 
@@ -89,8 +90,9 @@ MemoryPlan place_buffers(const std::vector<Buffer>& buffers, uint64_t alignment,
 // good_enough_bytes is then only a lower bound of what the buffers need (with offsets for part of
 // them): good for "does not fit", not for "needs this much".
 // With a non-empty `hint` (Note [Warm start]), the hinted sequence is placed first and the
-// promotion rounds of the hint's order continue from it; the search is otherwise the same, so a
-// caller with a budget still gets an arena no larger than the full search with that hint would.
+// promotion rounds of the hint's order continue from it; without `refine`, the sequence of a hint
+// that is an order alone is the whole search. A caller with a budget still gets an arena no larger
+// than the full search with that hint would (its search is a prefix of the full one).
 MemoryPlan plan_memory_sharing(const std::vector<Buffer>& buffers, uint64_t alignment,
                                uint64_t good_enough_bytes = 0, bool refine = true,
                                const PlacementHint* hint = nullptr);

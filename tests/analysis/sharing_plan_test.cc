@@ -217,7 +217,7 @@ TEST(SharingPlan, AHintReplaysItsPlacementAndABudgetedSearchNeverBeatsTheFullOne
     }
     SCOPED_TRACE(::testing::Message() << "trial " << trial);
     const MemoryPlan chosen = plan_memory_sharing(bufs, alignment);
-    promoted += chosen.how.empty() ? 0 : 1;
+    promoted += chosen.how.promoted.empty() ? 0 : 1;
     const MemoryPlan replay = plan_memory_sharing(bufs, alignment, chosen.arena_bytes, /*refine=*/false, &chosen.how);
     EXPECT_EQ(replay.arena_bytes, chosen.arena_bytes);
     if (!chosen.how.empty()) {
@@ -248,6 +248,40 @@ TEST(SharingPlan, AHintReplaysItsPlacementAndABudgetedSearchNeverBeatsTheFullOne
       }
   }
   EXPECT_GT(promoted, 0);  // the replays above include promoted sequences
+}
+
+// Without refinement (a polish that rejects what does not fit at once), the sequence of a hint
+// that is an order alone is the whole search (Note [Warm start]): where it misses the budget the
+// other orders are not tried, even where one of them would fit; with refinement they are.
+TEST(SharingPlan, WithoutRefinementTheHintedSequenceIsTheWholeSearch) {
+  // A buffer set on which start order needs more than largest-first.
+  std::mt19937_64 rng(5);
+  std::vector<Buffer> bufs;
+  MemoryPlan by_size, by_start;
+  for (int trial = 0; trial < 1000; ++trial) {
+    bufs.clear();
+    for (int i = 0; i < 8; ++i) {
+      const OpId first = static_cast<OpId>(rng() % 10);
+      bufs.push_back(buffer(i, 1 + rng() % 100, first, first + static_cast<OpId>(rng() % (10 - first))));
+    }
+    by_size = place_buffers(bufs, 1, PlacementOrder::kSizeDesc);
+    by_start = place_buffers(bufs, 1, PlacementOrder::kStartOrder);
+    if (by_start.arena_bytes > by_size.arena_bytes) break;
+  }
+  ASSERT_GT(by_start.arena_bytes, by_size.arena_bytes) << "no buffer set separates the orders";
+  const uint64_t budget = by_size.arena_bytes;
+  const PlacementHint start{PlacementOrder::kStartOrder, {}};
+  ASSERT_FALSE(start.empty());
+  const MemoryPlan probe = plan_memory_sharing(bufs, 1, budget, /*refine=*/false, &start);
+  EXPECT_GT(probe.arena_bytes, budget);
+  EXPECT_EQ(probe.how, start);
+  const MemoryPlan refined = plan_memory_sharing(bufs, 1, budget, /*refine=*/true, &start);
+  EXPECT_LE(refined.arena_bytes, budget);
+  EXPECT_TRUE(check_memory_plan(bufs, refined).ok());
+  // Without a hint, or with one of the order the search tries first anyway (an empty hint), the
+  // orders are tried as before.
+  EXPECT_TRUE((PlacementHint{PlacementOrder::kSizeDesc, {}}).empty());
+  EXPECT_LE(plan_memory_sharing(bufs, 1, budget, false, nullptr).arena_bytes, budget);
 }
 
 }  // namespace

@@ -50,6 +50,9 @@ struct LowerBoundOptions {
   // The cyclic copies' release and deadline rows (bound.cc): a persistent tensor offloaded between
   // iterations leaves after its last write and is back before its first access.
   bool cyclic_copy_times = true;
+  // At most this many rows per chain of timing rows (Note [Chained timing rows] in bound.cc); 0:
+  // one per distinct release or step (a bound as high or higher, a larger LP, slower to solve).
+  size_t max_timing_rows = 64;
 };
 
 // Per update in facts.host_updatable, the earliest time it can start on the host in any plan: its
