@@ -107,7 +107,6 @@ double compute_floor_us(double device_us, const std::vector<OpId>& host_ops, con
   return std::max(device, host);
 }
 
-
 // Note [Chained timing rows]
 //   The timing rows (the host lane's release times, the cyclic copies' release and deadline) are
 //   all of one shape: items in an order where each item's floor is at least as weak as the ones
