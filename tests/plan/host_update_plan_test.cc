@@ -35,6 +35,15 @@ Graph adam_model(const std::string& name) {
   return build_model(name, c).value();
 }
 
+// GPT-2 medium as the benchmark runs it: batch 1, 1024 tokens, Adam.
+Graph gpt2_medium_adam() {
+  ModelConfig c;
+  c.batch = 1;
+  c.seq = 1024;
+  c.train.optimizer = OptimizerKind::kAdam;
+  return build_model("gpt2-medium", c).value();
+}
+
 CostModel host_cost(double host_bytes_per_s) {
   HardwareProfile p = cost_test::round_profile();
   p.host_optimizer_bytes_per_s = host_bytes_per_s;
@@ -363,11 +372,7 @@ TEST(HostUpdatePlans, TheBoundTimesHostUpdatesAndCyclicCopies) {
 // that charged more than the simulator can ever take shows here as a bound above the plan (the
 // cyclic copies' deadlines counted from the iteration's start did: 0.98x).
 TEST(HostUpdatePlans, TheBoundStaysBelowAPlanCloseToIt) {
-  ModelConfig c;
-  c.batch = 1;
-  c.seq = 1024;
-  c.train.optimizer = OptimizerKind::kAdam;
-  const Graph g = build_model("gpt2-medium", c).value();
+  const Graph g = gpt2_medium_adam();
   const CostModel cost(load_profile("a100-40gb-pcie4").value());
   PlanContext ctx{.graph = g, .cost = cost};
   ctx.budget_bytes = policy_test::must_plan("none", ctx).device_bytes * 3 / 4;
@@ -389,11 +394,7 @@ TEST(HostUpdatePlans, TheBoundStaysBelowAPlanCloseToIt) {
 // within 0.5% of it from fewer rows. A cut between two equal floors, or a link summed into the
 // wrong row, shows as a bound above the full one.
 TEST(HostUpdatePlans, FewerTimingRowsGiveABoundNoHigherAndClose) {
-  ModelConfig c;
-  c.batch = 1;
-  c.seq = 1024;
-  c.train.optimizer = OptimizerKind::kAdam;
-  const Graph g = build_model("gpt2-medium", c).value();
+  const Graph g = gpt2_medium_adam();
   const CostModel cost(load_profile("h100-80gb-pcie5").value());
   PlanContext ctx{.graph = g, .cost = cost};
   const uint64_t full = policy_test::must_plan("none", ctx).device_bytes;
