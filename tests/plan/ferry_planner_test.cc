@@ -124,6 +124,94 @@ INSTANTIATE_TEST_SUITE_P(Chains, BoundExactFerry, ::testing::ValuesIn(cases()), 
                      to_string(info.param.tier), info.param.codecs ? "_codecs" : "");
 });
 
+// A chain of (norm, relu) pairs whose norm outputs only the relu reads (a ResNet's pattern): the
+// relu's backward reads its own output, the norm's its input, so a recompute of a relu output
+// needs the norm output, gone by then (Note [Dead sources] in bound.cc).
+struct NormReluChain {
+  plan_test::HandGraph h{"norm_relu_chain"};
+  explicit NormReluChain(uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    const int pairs = 2 + static_cast<int>(rng() % 3);
+    const TensorId w = h.weight("w", 256);
+    std::vector<TensorId> a{h.input("x", 64 * (16 + rng() % 240))};
+    std::vector<double> us{0};
+    for (int i = 1; i <= 2 * pairs; ++i) {
+      a.push_back(h.tensor(fmt::format("a{}", i), 64 * (16 + rng() % 240)));
+      us.push_back(static_cast<double>(2 + rng() % 40));
+      std::vector<TensorId> in{a[static_cast<size_t>(i - 1)]};
+      if (i == 1) in.push_back(w);
+      h.op(fmt::format("{}{}", i % 2 == 1 ? "norm" : "relu", i), in, {a.back()}, us.back());
+    }
+    const TensorId loss = h.tensor("loss", 64);
+    h.op("loss_op", {a.back()}, {loss}, 1.0);
+    TensorId d = h.tensor("d_out", h.graph().tensor(a.back()).bytes, TensorRole::kGradient);
+    h.op("loss_bwd", {a.back()}, {d}, 1.0, Phase::kBackward);
+    for (int i = 2 * pairs; i >= 1; --i) {
+      const size_t k = static_cast<size_t>(i);
+      const TensorId out =
+          i > 1 ? h.tensor(fmt::format("d{}", i - 1), h.graph().tensor(a[k - 1]).bytes, TensorRole::kGradient)
+                : h.tensor("dw", 256, TensorRole::kWeightGradient);
+      const TensorId saved = i % 2 == 0 ? a[k] : a[k - 1];  // relu: its output; norm: its input
+      h.op(fmt::format("b{}", i), {d, saved}, {out}, us[k], Phase::kBackward);
+      d = out;
+    }
+    h.op("update", {w, d}, {w}, 1.0, Phase::kUpdate);
+    h.set_loss(loss);
+  }
+};
+
+// The dead-source rows keep the bound below ferry-exact's optimum and ferry's plan, never lower it,
+// and raise it in some cell (the chains of BoundExactFerry have no dead sources): with the round
+// profile's link, one 20 times slower, and recompute only. Their third way (the source fetched
+// from its copy) is there by the argument of the note: no plan of these cells fetches a dead
+// source for a recompute, and the test passes without it too.
+TEST(FerryPlanner, DeadSourceRowsRaiseTheBoundAndKeepItBelowThePlans) {
+  // The round profile's link, one 20 times slower (swaps cost more than recomputes) and no swaps.
+  HardwareProfile slow = cost_test::round_profile();
+  slow.host_link.host_to_device.nominal_bytes_per_s /= 20;
+  slow.host_link.device_to_host.nominal_bytes_per_s /= 20;
+  const CostModel round = round_cost(), slow_link(slow);
+  int raised = 0, compared = 0;
+  for (int setting = 0; setting < 3; ++setting)
+    for (uint64_t seed = 1; seed <= 6; ++seed)
+      for (double fraction : {0.8, 0.65, 0.5}) {
+        const NormReluChain chain(seed);
+        PlanContext ctx{.graph = chain.h.graph(), .cost = setting == 1 ? slow_link : round, .tier = Tier::kHost,
+                        .recompute_only = setting == 2};
+        const uint64_t full = policy_test::must_plan("none", ctx).device_bytes;
+        ctx.budget_bytes = static_cast<uint64_t>(static_cast<double>(full) * fraction);
+        SCOPED_TRACE(::testing::Message() << "seed " << seed << ", budget " << ctx.budget_bytes << " of " << full
+                                          << ", setting " << setting);
+        Result<PlanFacts> facts = make_plan_facts(ctx);
+        ASSERT_TRUE(facts.ok());
+        Result<LowerBound> with = plan_lower_bound(ctx, *facts);
+        Result<LowerBound> without = plan_lower_bound(ctx, *facts, LowerBoundOptions{.dead_sources = false});
+        ASSERT_TRUE(with.ok() && without.ok());
+        if (with->method != "lp") continue;
+        EXPECT_GE(with->us, without->us * (1 - 1e-6));  // the solver's tolerance
+        if (with->us > without->us * 1.001) ++raised;
+        Result<PlanAttempt> exact = plan_exact(ctx, *facts);
+        if (!exact.ok() && exact.status().code() == StatusCode::kUnsupported) GTEST_SKIP() << exact.status().message();
+        ASSERT_TRUE(exact.ok()) << exact.status().message();
+        if (exact->fits) {
+          EXPECT_LE(with->us, simulated_us(ctx, exact->schedule) * (1 + 1e-9));
+          ++compared;
+        }
+        Result<PlanAttempt> ferry = plan_ferry(ctx, *facts);
+        ASSERT_TRUE(ferry.ok()) << ferry.status().message();
+        if (ferry->fits) {
+          EXPECT_LE(with->us, simulated_us(ctx, ferry->schedule) * (1 + 1e-9));
+        }
+        if (std::getenv("FERRY_TEST_VERBOSE"))
+          std::fprintf(stderr, "setting %d seed %llu %.2f: bound %.2f (without %.2f) exact %.2f ferry %.2f\n",
+                       setting, static_cast<unsigned long long>(seed), fraction, with->us, without->us,
+                       exact->fits ? simulated_us(ctx, exact->schedule) : -1.0,
+                       ferry->fits ? simulated_us(ctx, ferry->schedule) : -1.0);
+      }
+  EXPECT_GT(raised, 0);
+  EXPECT_GT(compared, 0);
+}
+
 // Every policy's plan carries the SSD codecs (Schedule::ssd_codecs): with measured figures, the
 // codec the cost model picks for each tensor it swaps to the SSD tier, only where it pays (the
 // compressible class); a codec named in the context on every SSD copy; none off the SSD tier, and

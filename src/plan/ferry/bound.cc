@@ -239,6 +239,52 @@ Result<LowerBound> plan_lower_bound(const PlanContext& ctx, const PlanFacts& fac
     if (host_us) host_us_of[k] = *host_us;
     host_device_us += facts.op_us[static_cast<size_t>(u.id)];
   }
+  // Note [Dead sources]
+  //   A recompute of t runs t's producer p, which reads all of p's inputs. An input u that no op
+  //   but p reads (transient, produced in the iteration: a batch norm's output feeding its ReLU)
+  //   is gone from p on in the keep plan, so wherever a plan has t away by recompute during gap
+  //   c (which starts at or after p), u must be brought back for it in one of three ways:
+  //     z  recomputed along (its producer runs again: compute);
+  //     k  kept on the device from its last read to the recompute (its bytes, at every step of
+  //        the gap where t is away: the gap's credit is b_t - b_u);
+  //     w  fetched from a copy (u was swapped out while it was on the device: the copy's
+  //        device-to-host time, shared with u's own swaps through o_u, plus one host-to-device
+  //        copy after the gap began).
+  //   So y_c <= z + k + w per such u. Any real plan maps to a point of the LP that costs no more:
+  //   z where u is recomputed (credit b_t, optimistic where it was recomputed early and kept);
+  //   k where u stays on the device; w where u comes from its copy, its bytes counted as
+  //   transient bytes away by swap (f_s) at the steps where u is off the device (it crossed to
+  //   the host before s and comes back after s, so the transfer rows hold) and as kept at the
+  //   others (the credit b_t - b_u of the recompute's running sum). At the steps of the gap after
+  //   the recompute (t back, u gone) a plan frees nothing, where b_t - b_u would be negative for
+  //   u larger than t; so the LP takes min(b_u, b_t) for b_u throughout (the credit it subtracts,
+  //   and the bytes w counts as away by swap, which are then fewer than those that crossed).
+  //   One reader means one gap of t at a time, so u is never counted twice. Only gaps that span
+  //   a constrained step get these columns (elsewhere y frees nothing the LP counts). k stays
+  //   even where b_u >= b_t (such a plan maps as well to keeping t): without it, Clp took 2-3
+  //   times as long on pre-activation ResNet-1001 (b16, 33%, A100 profile) for the same optimum.
+  //   Before (until 2026-11-29) a recompute was charged its producer alone, so the bound took a
+  //   ReLU's output as costing one ReLU where every plan pays the batch norm as well (or the
+  //   norm's bytes): ResNet-152 at 33% on the V100 profile had a bound of 123.36 ms, with this
+  //   126.53 ms (the plan: 138.24 ms).
+  // The inputs of op p that no other op reads: transient, produced in the iteration.
+  std::vector<int> readers(g.tensors.size(), 0);
+  for (const Op& op : g.ops) {
+    std::vector<TensorId> in = op.inputs;
+    std::sort(in.begin(), in.end());
+    in.erase(std::unique(in.begin(), in.end()), in.end());
+    for (TensorId u : in) ++readers[static_cast<size_t>(u)];
+  }
+  auto dead_sources_of = [&](OpId p) {
+    std::vector<TensorId> out;
+    for (TensorId u : g.op(p).inputs) {
+      const Tensor& ut = g.tensor(u);
+      if (ut.persistent() || u == g.loss || facts.producer[static_cast<size_t>(u)] == kNoOp) continue;
+      if (readers[static_cast<size_t>(u)] != 1 || g.op(p).writes(u)) continue;
+      if (std::find(out.begin(), out.end(), u) == out.end()) out.push_back(u);
+    }
+    return out;
+  };
   RunningSum recomputed(steps), swapped_transient(steps), swapped_persistent(steps);
   std::vector<int> out_col(g.tensors.size(), -1), cyclic_col(g.tensors.size(), -1);
   Terms d2h{{T, -1.0}}, h2d{{T, -1.0}}, ssd_write{{T, -1.0}}, ssd_read{{T, -1.0}}, compute{{T, -1.0}};
@@ -337,7 +383,43 @@ Result<LowerBound> plan_lower_bound(const PlanContext& ctx, const PlanFacts& fac
       const int y = lp.add_column(0, 1);
       both.emplace_back(y, 1.0);
       recomputed.add(y, b, c.from + 1, c.to - 1);
-      compute.emplace_back(y, facts.op_us[static_cast<size_t>(facts.producer[static_cast<size_t>(t)])]);
+      const OpId p = facts.producer[static_cast<size_t>(t)];
+      compute.emplace_back(y, facts.op_us[static_cast<size_t>(p)]);
+      // Each input that only this recompute's producer reads is gone by the gap unless it is
+      // recomputed along (z), kept on the device (k) or fetched from its copy (w): Note [Dead
+      // sources].
+      // (Only where the gap spans a constrained step: elsewhere y frees nothing the LP counts.)
+      const auto first_in = std::lower_bound(steps.begin(), steps.end(), static_cast<size_t>(c.from + 1));
+      const bool constrained = first_in != steps.end() && static_cast<int64_t>(*first_in) <= c.to - 1;
+      if (o.dead_sources && constrained)
+        for (TensorId u : dead_sources_of(p)) {
+          // What u's presence takes from the gap's credit, capped at t's bytes: the steps after
+          // the recompute, t back and u gone, free nothing and cost nothing (Note [Dead sources]).
+          const double bu = std::min(b, static_cast<double>(facts.aligned_bytes(u)) / kMiB);
+          Terms row{{y, 1.0}};
+          const int k = lp.add_column(0, 1);
+          row.emplace_back(k, -1.0);
+          recomputed.add(k, -bu, c.from + 1, c.to - 1);
+          if (facts.recomputable(u)) {
+            const int z = lp.add_column(0, 1);
+            row.emplace_back(z, -1.0);
+            compute.emplace_back(z, facts.op_us[static_cast<size_t>(facts.producer[static_cast<size_t>(u)])]);
+          }
+          if (swaps) {
+            const int w = lp.add_column(0, 1);
+            row.emplace_back(w, -1.0);
+            int& o_u = out_col[static_cast<size_t>(u)];
+            if (o_u < 0) {
+              o_u = lp.add_column(0, 1);
+              add_out(o_u, u);
+            }
+            lp.add_row({{w, 1.0}, {o_u, -1.0}}, -kInfinity, 0);
+            h2d.emplace_back(w, leg(Link::kHostToDevice, g.tensor(u).bytes));
+            recomputed.add(w, -bu, c.from + 1, c.to - 1);
+            swapped_transient.add(w, bu, c.from + 1, c.to - 1);
+          }
+          lp.add_row(row, -kInfinity, 0);
+        }
     }
     if (both.size() == 2) lp.add_row(both, -kInfinity, 1);
   }

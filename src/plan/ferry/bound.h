@@ -10,6 +10,9 @@
 //            at s went out before s began and come back after it, on links of that rate)
 //   links    T >= total time each link (d2h, h2d, SSD write, SSD read) is busy
 //   compute  T >= sum of op times + sum_c y_c * (producer time of c)
+//            + for each input u of that producer that no other op reads (gone by the gap):
+//              y_c <= z + k + w, z charged u's producer time, k u's bytes over the gap, w u's
+//              copy's link time (Note [Dead sources] in bound.cc)
 //   host     T >= r_k + sum_{j: r_j >= r_k} host_j * h_j   (every update k that may run on the host:
 //            it starts after its gradient's producer p_k ran, r_k = prefix(p_k + 1), and the host
 //            lane runs one update at a time)
@@ -17,9 +20,9 @@
 //            or later;  T >= h2d time of the cyclic swap-ins of tensors first read at f or
 //            earlier + compute from f on  (links run one copy at a time, from idle)
 // Every real plan gives a feasible point with objective <= its simulated time (memory credited
-// for whole gaps, recompute charged its producer only, transfers only their link time: all
-// optimistic), so the LP optimum is a lower bound. Intervals are encoded with running sums, so
-// the LP has O(gaps + steps) non-zeros.
+// for whole gaps, a recompute charged its producer and one link of its chain only, transfers
+// only their link time: all optimistic), so the LP optimum is a lower bound. Intervals are
+// encoded with running sums, so the LP has O(gaps + steps) non-zeros.
 #pragma once
 
 #include <string>
@@ -53,6 +56,10 @@ struct LowerBoundOptions {
   // At most this many rows per chain of timing rows (Note [Chained timing rows] in bound.cc); 0:
   // one per distinct release or step (a bound as high or higher, a larger LP, slower to solve).
   size_t max_timing_rows = 64;
+  // A recompute whose producer reads an input no other op reads pays for that input too: its
+  // recompute, its bytes kept on the device, or its copy's link time (Note [Dead sources] in
+  // bound.cc). Off: the producer's time only (a weaker bound; tests compare).
+  bool dead_sources = true;
 };
 
 // Per update in facts.host_updatable, the earliest time it can start on the host in any plan: its
