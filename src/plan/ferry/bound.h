@@ -6,8 +6,9 @@
 //   T: the iteration time, minimised, subject to
 //   memory   keep(s) - sum_{c ∋ s} b_c y_c - f_s <= budget          (every step s)
 //            f_s <= sum_{c ∋ s} b_c x_c
-//   transfer f_s <= rate * (T - suffix(s)),  f_s <= rate * (T - prefix(s))   (transient bytes away
-//            at s went out before s began and come back after it, on links of that rate)
+//   transfer f_s <= rate * (T - suffix(s)),  f_s - g_s <= rate * (T - prefix(s))   (transient
+//            bytes away at s went out before s began and come back after it, on links of that
+//            rate; g_s: the swapped gradients of host updates, which the host consumes)
 //   links    T >= total time each link (d2h, h2d, SSD write, SSD read) is busy
 //   compute  T >= sum of op times + sum_c y_c * (producer time of c)
 //            + for each input u of that producer that no other op reads (gone by the gap):
