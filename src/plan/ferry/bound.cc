@@ -267,20 +267,15 @@ Result<LowerBound> plan_lower_bound(const PlanContext& ctx, const PlanFacts& fac
   //   ReLU's output as costing one ReLU where every plan pays the batch norm as well (or the
   //   norm's bytes): ResNet-152 at 33% on the V100 profile had a bound of 123.36 ms, with this
   //   126.53 ms (the plan: 138.24 ms).
-  // The inputs of op p that no other op reads: transient, produced in the iteration.
-  std::vector<int> readers(g.tensors.size(), 0);
-  for (const Op& op : g.ops) {
-    std::vector<TensorId> in = op.inputs;
-    std::sort(in.begin(), in.end());
-    in.erase(std::unique(in.begin(), in.end()), in.end());
-    for (TensorId u : in) ++readers[static_cast<size_t>(u)];
-  }
+  // The inputs of op p that no other op accesses: transient, produced in the iteration, their
+  // accesses (acc.steps) their producer and p alone.
   auto dead_sources_of = [&](OpId p) {
     std::vector<TensorId> out;
     for (TensorId u : g.op(p).inputs) {
-      const Tensor& ut = g.tensor(u);
-      if (ut.persistent() || u == g.loss || facts.producer[static_cast<size_t>(u)] == kNoOp) continue;
-      if (readers[static_cast<size_t>(u)] != 1 || g.op(p).writes(u)) continue;
+      const OpId q = facts.producer[static_cast<size_t>(u)];
+      const std::vector<OpId>& at = acc.steps[static_cast<size_t>(u)];
+      if (g.tensor(u).persistent() || u == g.loss || q == kNoOp) continue;
+      if (at.size() != 2 || at.front() != q || at.back() != p || g.op(p).writes(u)) continue;
       if (std::find(out.begin(), out.end(), u) == out.end()) out.push_back(u);
     }
     return out;
@@ -294,6 +289,15 @@ Result<LowerBound> plan_lower_bound(const PlanContext& ctx, const PlanFacts& fac
     const uint64_t bytes = g.tensor(t).bytes;
     d2h.emplace_back(col, leg(Link::kDeviceToHost, bytes));
     if (ssd) ssd_write.emplace_back(col, ssd_leg(Direction::kSwapOut, t));
+  };
+  // o_t: transient t's swap-out happened (one column per tensor, its copy's link time paid once).
+  auto copy_col = [&](TensorId t) {
+    int& o_t = out_col[static_cast<size_t>(t)];
+    if (o_t < 0) {
+      o_t = lp.add_column(0, 1);
+      add_out(o_t, t);
+    }
+    return o_t;
   };
   auto add_in = [&](int col, TensorId t) {
     const uint64_t bytes = g.tensor(t).bytes;
@@ -371,12 +375,7 @@ Result<LowerBound> plan_lower_bound(const PlanContext& ctx, const PlanFacts& fac
         lp.add_row({{x, 1.0}, {cyclic_col[static_cast<size_t>(t)], -1.0}}, -kInfinity, 0);
         swapped_persistent.add(x, b, c.from + 1, c.to - 1);
       } else {
-        int& o_t = out_col[static_cast<size_t>(t)];
-        if (o_t < 0) {
-          o_t = lp.add_column(0, 1);
-          add_out(o_t, t);
-        }
-        lp.add_row({{x, 1.0}, {o_t, -1.0}}, -kInfinity, 0);
+        lp.add_row({{x, 1.0}, {copy_col(t), -1.0}}, -kInfinity, 0);
         swapped_transient.add(x, b, c.from + 1, c.to - 1);
         if (host_gradient[static_cast<size_t>(t)]) swapped_host_gradient.add(x, b, c.from + 1, c.to - 1);
       }
@@ -411,12 +410,7 @@ Result<LowerBound> plan_lower_bound(const PlanContext& ctx, const PlanFacts& fac
           if (swaps) {
             const int w = lp.add_column(0, 1);
             row.emplace_back(w, -1.0);
-            int& o_u = out_col[static_cast<size_t>(u)];
-            if (o_u < 0) {
-              o_u = lp.add_column(0, 1);
-              add_out(o_u, u);
-            }
-            lp.add_row({{w, 1.0}, {o_u, -1.0}}, -kInfinity, 0);
+            lp.add_row({{w, 1.0}, {copy_col(u), -1.0}}, -kInfinity, 0);
             h2d.emplace_back(w, leg(Link::kHostToDevice, g.tensor(u).bytes));
             recomputed.add(w, -bu, c.from + 1, c.to - 1);
             swapped_transient.add(w, bu, c.from + 1, c.to - 1);
@@ -431,12 +425,7 @@ Result<LowerBound> plan_lower_bound(const PlanContext& ctx, const PlanFacts& fac
   if (swaps && !ssd)
     for (size_t k = 0; k < host_ops.size(); ++k) {
       const TensorId grad = g.op(host_ops[k]).inputs[1];
-      int& o_t = out_col[static_cast<size_t>(grad)];
-      if (o_t < 0) {
-        o_t = lp.add_column(0, 1);
-        add_out(o_t, grad);
-      }
-      lp.add_row({{host_col[k], 1.0}, {o_t, -1.0}}, -kInfinity, 0);
+      lp.add_row({{host_col[k], 1.0}, {copy_col(grad), -1.0}}, -kInfinity, 0);
     }
   const std::vector<int> rec = recomputed.build(lp);
   const std::vector<int> swt = swapped_transient.build(lp);
