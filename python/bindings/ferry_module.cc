@@ -133,6 +133,7 @@ py::dict plan(const std::string& trace_json, uint64_t budget_bytes, const std::s
   const SimResult keep_sim = value_or_raise(simulate(g, keep.schedule, cost, quiet));
   out["unlimited"] = sim_summary(keep_sim);
   out["unlimited"]["device_bytes"] = keep.device_bytes;  // the planners' measure of the keep plan
+  out["unlimited"]["live_peak_bytes"] = keep.live_peak_bytes;  // its live bytes, before placement
   PlanContext ctx{.graph = g, .cost = cost, .budget_bytes = budget_bytes, .tier = tier};
   ctx.framework_saved = std::move(framework_saved);
   ctx.allow_recompute = allow_recompute;
