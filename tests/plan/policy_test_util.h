@@ -168,14 +168,15 @@ struct WithAndWithout {
   double with_us = 0, without_us = 0;
   std::string with_notes;
 };
+// `with`: the tuning of the plan compared (default: ferry's); `without` its tuning less the pass.
 inline std::optional<WithAndWithout> compare_with_default(const PlanContext& ctx, const FerryTuning& without,
-                                                          double slack = 1e-9) {
+                                                          double slack = 1e-9, const FerryTuning& with = {}) {
   Result<PlanFacts> f = make_plan_facts(ctx);
   if (!f.ok()) {
     ADD_FAILURE() << f.status().message();
     return std::nullopt;
   }
-  Result<PlanAttempt> off = plan_ferry(ctx, *f, without), on = plan_ferry(ctx, *f);
+  Result<PlanAttempt> off = plan_ferry(ctx, *f, without), on = plan_ferry(ctx, *f, with);
   if (!off.ok() || !on.ok()) {
     ADD_FAILURE() << (off.ok() ? on.status() : off.status()).message();
     return std::nullopt;
@@ -207,7 +208,7 @@ inline CellTally compare_over_cells(std::initializer_list<const char*> devices,
                                     std::initializer_list<const char*> models, int batch,
                                     std::initializer_list<double> fractions, const FerryTuning& without,
                                     const std::function<bool(const PlanContext&, const WithAndWithout&)>& won = faster,
-                                    double slack = 1e-9) {
+                                    double slack = 1e-9, const FerryTuning& with = {}) {
   CellTally tally;
   for (const char* device : devices) {
     const CostModel cost(load_profile(device).value());
@@ -220,7 +221,7 @@ inline CellTally compare_over_cells(std::initializer_list<const char*> devices,
       for (double fraction : fractions) {
         SCOPED_TRACE(::testing::Message() << name << " on " << device << " at " << 100 * fraction << "%");
         ctx.budget_bytes = static_cast<uint64_t>(fraction * static_cast<double>(full));
-        const std::optional<WithAndWithout> r = compare_with_default(ctx, without, slack);
+        const std::optional<WithAndWithout> r = compare_with_default(ctx, without, slack, with);
         if (!r) continue;
         ++tally.compared;
         tally.won += won(ctx, *r) ? 1 : 0;

@@ -326,11 +326,15 @@ Result<LowerBound> plan_lower_bound(const PlanContext& ctx, const PlanFacts& fac
     if (std::find(first.inputs.begin(), first.inputs.end(), c.tensor) == first.inputs.end()) return;
     timed_in.push_back({static_cast<size_t>(c.to), col, us});
   };
+  // Per gap (in gaps' order): its swap (offload) and recompute columns, -1 where it has none.
+  std::vector<std::pair<int, int>> gap_cols(gaps.size(), {-1, -1});
   // Persistent tensors first: their cyclic gap's column is the offload decision.
-  for (const GapSpec& c : gaps) {
+  for (size_t ci = 0; ci < gaps.size(); ++ci) {
+    const GapSpec& c = gaps[ci];
     if (!c.cyclic) continue;
     const double b = static_cast<double>(facts.aligned_bytes(c.tensor)) / kMiB;
     const int x = lp.add_column(0, 1);
+    gap_cols[ci].first = x;
     cyclic_col[static_cast<size_t>(c.tensor)] = x;
     swapped_persistent.add(x, b, c.from + 1, static_cast<int64_t>(n) - 1);
     swapped_persistent.add(x, b, 0, c.to - 1);
@@ -362,7 +366,8 @@ Result<LowerBound> plan_lower_bound(const PlanContext& ctx, const PlanFacts& fac
     add_in(x, c.tensor);
     time_in(c, x, leg(Link::kHostToDevice, g.tensor(c.tensor).bytes), false);
   }
-  for (const GapSpec& c : gaps) {
+  for (size_t ci = 0; ci < gaps.size(); ++ci) {
+    const GapSpec& c = gaps[ci];
     if (c.cyclic) continue;
     const TensorId t = c.tensor;
     const bool persistent = g.tensor(t).persistent();
@@ -370,6 +375,7 @@ Result<LowerBound> plan_lower_bound(const PlanContext& ctx, const PlanFacts& fac
     Terms both;
     if (swaps) {
       const int x = lp.add_column(0, 1);
+      gap_cols[ci].first = x;
       both.emplace_back(x, 1.0);
       if (persistent) {
         lp.add_row({{x, 1.0}, {cyclic_col[static_cast<size_t>(t)], -1.0}}, -kInfinity, 0);
@@ -383,6 +389,7 @@ Result<LowerBound> plan_lower_bound(const PlanContext& ctx, const PlanFacts& fac
     }
     if (!persistent && facts.recomputable(t)) {
       const int y = lp.add_column(0, 1);
+      gap_cols[ci].second = y;
       both.emplace_back(y, 1.0);
       recomputed.add(y, b, c.from + 1, c.to - 1);
       const OpId p = facts.producer[static_cast<size_t>(t)];
@@ -528,6 +535,13 @@ Result<LowerBound> plan_lower_bound(const PlanContext& ctx, const PlanFacts& fac
     // A hair below the optimum: the solver's tolerances must not turn the bound into a guess.
     out.us = std::max(out.us, sol->objective * (1 - 1e-7));
     out.method = "lp";
+    if (o.keep_solution) {
+      auto value = [&](int col) { return col < 0 ? -1.0f : static_cast<float>(sol->values[static_cast<size_t>(col)]); };
+      out.solution.reserve(gaps.size());
+      for (size_t ci = 0; ci < gaps.size(); ++ci)
+        out.solution.push_back({gaps[ci], value(gap_cols[ci].first), value(gap_cols[ci].second)});
+      for (int h : host_col) out.host_fraction.push_back(value(h));
+    }
   }
   return out;
 }

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "plan/ferry/gaps.h"
 #include "plan/policy_common.h"
 
 namespace ferry {
@@ -39,6 +40,17 @@ struct LowerBound {
   std::string method;           // "lp" (the relaxation above) or "compute" (op times alone)
   double solve_seconds = 0;
   size_t lp_rows = 0, lp_columns = 0;
+  // With LowerBoundOptions::keep_solution and an optimal LP: per gap of find_gaps() (gaps.h), the
+  // fractions of it the relaxation takes away by swap (x_c; a cyclic gap: the offload) and by
+  // recompute (y_c), -1 where the LP has no such column. The planner's LP-guided variants read
+  // them (ferry_planner.cc, Note [LP-guided greedy]); the bound itself does not depend on them.
+  struct GapValue {
+    planner::GapSpec gap;
+    float swap = -1, recompute = -1;
+  };
+  std::vector<GapValue> solution;
+  // Per update in facts.host_updatable: the fraction h_u the relaxation runs on the host.
+  std::vector<float> host_fraction;
 };
 
 struct LowerBoundOptions {
@@ -61,6 +73,8 @@ struct LowerBoundOptions {
   // recompute, its bytes kept on the device, or its copy's link time (Note [Dead sources] in
   // bound.cc). Off: the producer's time only (a weaker bound; tests compare).
   bool dead_sources = true;
+  // Fill LowerBound::solution and host_fraction (the relaxation's primal values per gap).
+  bool keep_solution = false;
 };
 
 // Per update in facts.host_updatable, the earliest time it can start on the host in any plan: its

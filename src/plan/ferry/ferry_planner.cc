@@ -36,12 +36,15 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <map>
 #include <memory>
 #include <optional>
+#include <tuple>
 
 #include <fmt/format.h>
 
 #include "common/units.h"
+#include "plan/ferry/bound.h"
 #include "plan/ferry/candidate_index.h"
 #include "plan/ferry/gaps.h"
 #include "plan/ferry/host_updates.h"
@@ -91,6 +94,36 @@ struct Gap {
   OpId fetch_before() const { return decided.fetch_before; }
   std::string alternative;
   int version = 0;
+  // LP-guided variants (Note [LP-guided greedy]): what a swap's / a recompute's score is
+  // multiplied by (1: no guidance, or the relaxation takes the gap away that way entirely).
+  float swap_factor = 1, recompute_factor = 1;
+};
+
+// Note [LP-guided greedy]
+//   The greedy decides at the peak step one gap at a time by cost per byte; the LP relaxation of
+//   the lower bound (bound.h) decides all gaps at once, in fractions. An LP-guided variant reads
+//   the relaxation's primal values per gap (x_c swapped, y_c recomputed) and multiplies the score
+//   of each option by 1 + penalty * (1 - v), v the fraction the relaxation gives that move of that
+//   gap: a move the relaxation takes entirely is scored as before, one it never takes `1 +
+//   penalty` times as costly. It is a rounding of the relaxation by the greedy: the peak steps,
+//   the bookings, the measured placement and every polish are the greedy's, so the plan is as
+//   legal and as measured as every other variant's, and it competes with them on simulated time
+//   only (taken where it is faster after its polish). Gaps the relaxation has no column for (a
+//   host update's operands, whose accesses the host variant changes) are not weighted.
+//   Where it pays: on ResNet-152 (batch 16) at 33% on the V100 profile the greedy recomputed 31
+//   bottlenecks' first 1x1 convolutions (178 MiB for 5.1 ms) and stalled 3.4 ms on swaps; guided,
+//   it recomputes 43 conv3 outputs instead (735 MiB for 6.6 ms), swaps some conv1 and conv2
+//   outputs and stalls none: 138.24 -> 132.41 ms (predicted; bound 126.53). Penalties 3 and 10
+//   each won cells the other lost (bench/results/planner-lp-guided-2026-12-01.md).
+struct LpGuide {
+  float penalty = 3;
+  std::map<std::tuple<TensorId, OpId, OpId, bool>, std::pair<float, float>> values;  // (swap, recompute)
+  explicit LpGuide(const LowerBound& bound, float penalty) : penalty(penalty) {
+    for (const LowerBound::GapValue& v : bound.solution)
+      values.emplace(std::make_tuple(v.gap.tensor, v.gap.from, v.gap.to, v.gap.cyclic),
+                     std::make_pair(v.swap, v.recompute));
+  }
+  float factor(float v) const { return v < 0 ? 1.0f : 1.0f + penalty * (1.0f - std::clamp(v, 0.0f, 1.0f)); }
 };
 
 struct TensorState {
@@ -116,10 +149,11 @@ class Planner {
   // swap-out earlier than its booking (forced_option). `recompute`: false plans swaps only.
   Planner(const PlanContext& ctx, const PlanFacts& facts, double link_weight, std::vector<OpId> host_ops = {},
           bool count_interference = true, bool tight = false, bool recompute = true, bool host_inner_gaps = true,
-          bool kept_sources = false)
+          bool kept_sources = false, const LpGuide* guide = nullptr)
       : ctx_(ctx), f_(facts), g_(facts.g()), n_(g_.ops.size()), link_weight_(link_weight),
         count_interference_(count_interference), tight_(tight), recompute_(recompute),
-        host_inner_gaps_(host_inner_gaps), kept_sources_(kept_sources), host_ops_(std::move(host_ops)) {}
+        host_inner_gaps_(host_inner_gaps), kept_sources_(kept_sources), guide_(guide),
+        host_ops_(std::move(host_ops)) {}
 
   Result<PlanAttempt> run(std::vector<PlanDecision>* decisions) {
     if (ctx_.budget_bytes == 0) return finish_attempt(ctx_, f_, empty_schedule(ctx_, "ferry"));
@@ -327,6 +361,11 @@ class Planner {
     gap.from = from;
     gap.to = to;
     gap.cyclic = cyclic;
+    if (guide_ != nullptr)
+      if (auto v = guide_->values.find(std::make_tuple(t, from, to, cyclic)); v != guide_->values.end()) {
+        gap.swap_factor = guide_->factor(v->second.first);
+        gap.recompute_factor = guide_->factor(v->second.second);
+      }
     const int id = static_cast<int>(gaps_.size());
     gaps_.push_back(gap);
     ts_[idx(t)].gaps.push_back(id);
@@ -362,8 +401,9 @@ class Planner {
     double score = std::numeric_limits<double>::infinity();
     // A swap-in either runs beside the kernels (slowing them by its interference) or stalls them.
     if (swaps_allowed())
-      score = (link_weight_ * in_us(gap.tensor) + std::min(in_us(gap.tensor), in_interference_us(gap.tensor))) / b;
-    if (!gap.cyclic && s.recomputable && recompute_) score = std::min(score, s.chain_us / b);
+      score = gap.swap_factor *
+              (link_weight_ * in_us(gap.tensor) + std::min(in_us(gap.tensor), in_interference_us(gap.tensor))) / b;
+    if (!gap.cyclic && s.recomputable && recompute_) score = std::min(score, gap.recompute_factor * s.chain_us / b);
     return {score, bytes_of(gap.tensor)};
   }
 
@@ -585,6 +625,9 @@ class Planner {
     auto consider = [&](Option o) {
       if (!o.ok || !o.covers(s)) return;
       o.score = (o.cost_us - current) / b;
+      // LP-guided (factors >= 1): a cost scaled up, a saving scaled down, so keys stay lower bounds.
+      const float f = o.move == Move::kRecompute ? gap.recompute_factor : gap.swap_factor;
+      o.score = o.score >= 0 ? o.score * f : o.score / f;
       if (!best.ok || o.score < best.score) best = std::move(o);
     };
     if (gap.move() == Move::kSwap) {
@@ -1244,6 +1287,7 @@ class Planner {
                         : fmt::format(" (tight{}, {} offloaded for their inner gaps)", recompute_ ? "" : ", swaps only",
                                       inner_offloads_);
     if (!host_inner_gaps_) tight += " (host updates' weights stay between their reads)";
+    if (guide_ != nullptr) tight += fmt::format(" (LP-guided, penalty {})", guide_->penalty);
     if (kept_sources_) {
       const auto kept = std::count_if(extended_until_.begin(), extended_until_.end(), [](OpId u) { return u != kNoOp; });
       tight += fmt::format(" (kept sources: {} kept to their recompute, {} recomputes pulled forward)", kept, pulled_);
@@ -1284,6 +1328,7 @@ class Planner {
   // tensor's size or less is kept from its last forward use to the recompute (extended), not
   // recomputed along; a source that is away by a decided recompute is recomputed before (pulled).
   const bool kept_sources_;
+  const LpGuide* guide_;  // LP-guided variant (Note [LP-guided greedy]); null: none
   std::vector<OpId> extended_until_;  // per extended tensor: the last step the profile keeps it to
   const std::vector<OpId> host_ops_;
   std::vector<bool> host_operand_;  // per tensor: a persistent operand of a host update
@@ -1329,6 +1374,10 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
   // The fastest fitting plan whose recomputes read what is on the device (kept_source_variants):
   // apart from the others, polished too, and taken only when it is faster after its polish.
   Variant sourced;
+  // The fastest fitting LP-guided plan, over every penalty (lp_guided, Note [LP-guided greedy]):
+  // apart too. The guides outlive the planners, which the polish below still runs.
+  std::vector<planner::LpGuide> guides;
+  Variant guided;
   // Every link weight with all updates on the device, and (where the profile has a host optimizer
   // rate) with every update that can run there on the host: the simulator picks.
   // A third set runs on the host only the updates the host lane finishes behind the backward pass.
@@ -1344,14 +1393,19 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
   // Plans one variant and keeps it when it beats the best so far; returns its simulated time
   // (infinity when it does not fit).
   auto consider = [&](double weight, const std::vector<OpId>& host_ops, bool count_interference, bool tight = false,
-                      bool recompute = true, bool host_inner_gaps = true, bool kept_sources = false) -> Result<double> {
+                      bool recompute = true, bool host_inner_gaps = true, bool kept_sources = false,
+                      const planner::LpGuide* guide = nullptr) -> Result<double> {
     auto p = std::make_unique<planner::Planner>(ctx, facts, weight, host_ops, count_interference, tight, recompute,
-                                                host_inner_gaps, kept_sources);
+                                                host_inner_gaps, kept_sources, guide);
     FERRY_ASSIGN_OR_RETURN(PlanAttempt a, p->run(nullptr));
     double us = std::numeric_limits<double>::infinity();
     if (a.fits) {
       FERRY_ASSIGN_OR_RETURN(SimResult sim, simulate_for_planning(ctx, facts, a.schedule));
       us = sim.iteration_us;
+    }
+    if (guide != nullptr) {
+      if (a.fits && us < guided.us) guided = Variant{std::move(a), std::move(p), us, host_ops};
+      return us;
     }
     if (kept_sources) {
       if (a.fits && us < sourced.us) sourced = Variant{std::move(a), std::move(p), us, host_ops};
@@ -1454,6 +1508,35 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
       tried[k] = std::numeric_limits<double>::infinity();  // out of the next rounds
     }
   }
+  // LP-guided variants (Note [LP-guided greedy]): the greedy scored by the bound's relaxation, at
+  // each penalty, with every link weight, kept sources off and on, the weights' inner gaps open and
+  // closed, for the host sets of the fastest plan so far and of the fastest variants apart; the
+  // fastest of them is polished (below). Not where a plan so far is within kGuidedMinGap of the
+  // bound (nothing left to gain). The relaxation is solved here once more than for the reported
+  // bound (which `ferry plan` solves on a thread of its own), on graphs up to lp_guided_max_ops ops.
+  if (ctx.budget_bytes != 0 && tuning.lp_guided && !tuning.lp_guide_penalties.empty() &&
+      facts.g().ops.size() <= tuning.lp_guided_max_ops) {
+    constexpr double kGuidedMinGap = 1.01;
+    FERRY_ASSIGN_OR_RETURN(const LowerBound bound,
+                           plan_lower_bound(ctx, facts, LowerBoundOptions{.keep_solution = true}));
+    const double fastest = std::min({best.us, kept_weights.us, sourced.us});
+    if (!bound.solution.empty() && !(fastest <= kGuidedMinGap * bound.us)) {
+      guides.reserve(tuning.lp_guide_penalties.size());  // no reallocation: the planners point into it
+      for (float penalty : tuning.lp_guide_penalties) guides.emplace_back(bound, penalty);
+      std::vector<std::vector<OpId>> sets{best.host_ops};
+      for (const Variant* v : {&kept_weights, &sourced})
+        if (v->attempt && std::find(sets.begin(), sets.end(), v->host_ops) == sets.end()) sets.push_back(v->host_ops);
+      for (const planner::LpGuide& guide : guides)
+        for (const std::vector<OpId>& set : sets)
+          for (bool inner : {true, false})
+            for (bool kept : {false, true}) {
+              if (!inner && (set.empty() || !tuning.host_inner_variants)) continue;
+              if (kept && !(tuning.kept_source_variants && ctx.allow_recompute)) continue;
+              for (double weight : tuning.link_weights)
+                FERRY_RETURN_IF_ERROR(consider(weight, set, true, false, true, inner, kept, &guide).status());
+            }
+    }
+  }
   // Nothing fitted: tight variants, every weight and host set. Near the largest working set of
   // one op, a swap-out that a saturated link books late keeps its tensor on the device where it
   // must already be gone (tight: issue it earlier and wait), and a recompute's sources, on the
@@ -1519,6 +1602,30 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
       FERRY_ASSIGN_OR_RETURN(replaced.us, simulated_us(replaced));
       if (replaced.attempt->fits && replaced.us < best.us) best = std::move(replaced);
     }
+  }
+  // The LP-guided variant last, with both polishes, against the winner after both of its own: it
+  // replaces the winner only where it is then faster, so no plan gets slower by it. Its recompute
+  // polish runs only where its stall polish left it within kGuidedPolishSlack of the winner (on
+  // the transformer cells it trails by 5-10%, and that polish was never seen to close such a gap).
+  // One candidate over every penalty: a stall polish per penalty cost more planning time and gave
+  // the same plans on the five cells compared (ResNet-152 on the V100 and H100 profiles,
+  // DenseNet-264, BERT-large, GPT-2 medium).
+  if (guided.attempt) {
+    constexpr double kGuidedPolishSlack = 1.02;
+    if (polishing) {
+      FERRY_RETURN_IF_ERROR(polish(guided));
+      FERRY_ASSIGN_OR_RETURN(guided.us, simulated_us(guided));
+    }
+    best.us = std::numeric_limits<double>::infinity();
+    if (best.attempt->fits) {
+      FERRY_ASSIGN_OR_RETURN(best.us, simulated_us(best));
+    }
+    if (polishing && guided.attempt->fits && guided.us < kGuidedPolishSlack * best.us &&
+        tuning.max_recompute_polish_tries > 0) {
+      FERRY_RETURN_IF_ERROR(polish(guided, Polish::kRecomputes));
+      FERRY_ASSIGN_OR_RETURN(guided.us, simulated_us(guided));
+    }
+    if (guided.attempt->fits && guided.us < best.us) best = std::move(guided);
   }
   PlanAttempt& plan = *best.attempt;
   if (decisions != nullptr) *decisions = best.planner->explain();

@@ -56,6 +56,15 @@ struct FerryTuning {
   // kept to the recompute instead of recomputed along, and a recompute's source that another
   // recompute took away recomputed before it; keep whichever simulates faster.
   bool kept_source_variants = true;
+  // Also plan every link weight (with the host updates of the fastest plans so far, kept sources
+  // and the host updates' weights' inner gaps each off and on) guided by the lower bound's LP
+  // relaxation: a move of a gap the relaxation does not take is scored up to 1 + penalty times as
+  // costly, for each penalty listed (Note [LP-guided greedy] in ferry_planner.cc); the fastest is
+  // polished and taken only where it is then faster than the winner. Graphs over
+  // lp_guided_max_ops ops skip it (the LP's solve grows with the graph).
+  bool lp_guided = true;
+  std::vector<float> lp_guide_penalties = {3, 10};
+  size_t lp_guided_max_ops = 8000;
 };
 
 // Plans ctx with the Ferry planner. Returns the best attempt (which may not fit: the registry
