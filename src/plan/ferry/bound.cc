@@ -540,7 +540,6 @@ Result<LowerBound> plan_lower_bound(const PlanContext& ctx, const PlanFacts& fac
       out.solution.reserve(gaps.size());
       for (size_t ci = 0; ci < gaps.size(); ++ci)
         out.solution.push_back({gaps[ci], value(gap_cols[ci].first), value(gap_cols[ci].second)});
-      for (int h : host_col) out.host_fraction.push_back(value(h));
     }
   }
   return out;

@@ -49,8 +49,6 @@ struct LowerBound {
     float swap = -1, recompute = -1;
   };
   std::vector<GapValue> solution;
-  // Per update in facts.host_updatable: the fraction h_u the relaxation runs on the host.
-  std::vector<float> host_fraction;
 };
 
 struct LowerBoundOptions {
@@ -73,7 +71,7 @@ struct LowerBoundOptions {
   // recompute, its bytes kept on the device, or its copy's link time (Note [Dead sources] in
   // bound.cc). Off: the producer's time only (a weaker bound; tests compare).
   bool dead_sources = true;
-  // Fill LowerBound::solution and host_fraction (the relaxation's primal values per gap).
+  // Fill LowerBound::solution (the relaxation's primal values per gap).
   bool keep_solution = false;
 };
 
