@@ -115,14 +115,20 @@ struct Gap {
 //   it recomputes 43 conv3 outputs instead (735 MiB for 6.6 ms), swaps some conv1 and conv2
 //   outputs and stalls none: 138.24 -> 132.41 ms (predicted; bound 126.53). Penalties 3 and 10
 //   each won cells the other lost (bench/results/planner-lp-guided-2026-12-01.md).
+// The relaxation's (swap, recompute) fractions per gap, keyed by (tensor, from, to, cyclic): a
+// host variant's planner has other gaps for the host updates' operands than find_gaps() gives the
+// bound, so gaps are matched by what they are, not by their index.
+using LpValues = std::map<std::tuple<TensorId, OpId, OpId, bool>, std::pair<float, float>>;
+LpValues lp_values(const LowerBound& bound) {
+  LpValues values;
+  for (const LowerBound::GapValue& v : bound.solution)
+    values.emplace(std::make_tuple(v.gap.tensor, v.gap.from, v.gap.to, v.gap.cyclic),
+                   std::make_pair(v.swap, v.recompute));
+  return values;
+}
 struct LpGuide {
-  float penalty = 3;
-  std::map<std::tuple<TensorId, OpId, OpId, bool>, std::pair<float, float>> values;  // (swap, recompute)
-  explicit LpGuide(const LowerBound& bound, float penalty) : penalty(penalty) {
-    for (const LowerBound::GapValue& v : bound.solution)
-      values.emplace(std::make_tuple(v.gap.tensor, v.gap.from, v.gap.to, v.gap.cyclic),
-                     std::make_pair(v.swap, v.recompute));
-  }
+  const LpValues* values;  // shared by every penalty's guide
+  float penalty;
   float factor(float v) const { return v < 0 ? 1.0f : 1.0f + penalty * (1.0f - std::clamp(v, 0.0f, 1.0f)); }
 };
 
@@ -362,7 +368,7 @@ class Planner {
     gap.to = to;
     gap.cyclic = cyclic;
     if (guide_ != nullptr)
-      if (auto v = guide_->values.find(std::make_tuple(t, from, to, cyclic)); v != guide_->values.end()) {
+      if (auto v = guide_->values->find(std::make_tuple(t, from, to, cyclic)); v != guide_->values->end()) {
         gap.swap_factor = guide_->factor(v->second.first);
         gap.recompute_factor = guide_->factor(v->second.second);
       }
@@ -1375,7 +1381,8 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
   // apart from the others, polished too, and taken only when it is faster after its polish.
   Variant sourced;
   // The fastest fitting LP-guided plan, over every penalty (lp_guided, Note [LP-guided greedy]):
-  // apart too. The guides outlive the planners, which the polish below still runs.
+  // apart too. The guides (and their values) outlive the planners, which the polish below still runs.
+  planner::LpValues guide_values;
   std::vector<planner::LpGuide> guides;
   Variant guided;
   // Every link weight with all updates on the device, and (where the profile has a host optimizer
@@ -1521,8 +1528,9 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
                            plan_lower_bound(ctx, facts, LowerBoundOptions{.keep_solution = true}));
     const double fastest = std::min({best.us, kept_weights.us, sourced.us});
     if (!bound.solution.empty() && !(fastest <= kGuidedMinGap * bound.us)) {
+      guide_values = planner::lp_values(bound);
       guides.reserve(tuning.lp_guide_penalties.size());  // no reallocation: the planners point into it
-      for (float penalty : tuning.lp_guide_penalties) guides.emplace_back(bound, penalty);
+      for (float penalty : tuning.lp_guide_penalties) guides.push_back({&guide_values, penalty});
       std::vector<std::vector<OpId>> sets{best.host_ops};
       for (const Variant* v : {&kept_weights, &sourced})
         if (v->attempt && std::find(sets.begin(), sets.end(), v->host_ops) == sets.end()) sets.push_back(v->host_ops);
