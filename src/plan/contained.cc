@@ -2,11 +2,14 @@
 #include "plan/contained.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+#include <cmath>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -29,7 +32,12 @@ bool write_all(int fd, const void* data, size_t bytes) {
 
 }  // namespace
 
-Result<std::vector<double>> run_contained(std::string_view what, const std::function<std::vector<double>()>& work) {
+Result<std::vector<double>> run_contained(std::string_view what, double time_limit_s,
+                                          const std::function<std::vector<double>()>& work, double grace_s) {
+  using Clock = std::chrono::steady_clock;
+  const double allowed_s = std::isfinite(time_limit_s) && time_limit_s > 0 ? 2 * time_limit_s + grace_s : 0;
+  const Clock::time_point deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(allowed_s));
   int fds[2];
   if (::pipe(fds) != 0)
     return Status::Internal(fmt::format("{}: cannot make a pipe for the solver's process: {}", what, std::strerror(errno)));
@@ -51,7 +59,19 @@ Result<std::vector<double>> run_contained(std::string_view what, const std::func
   ::close(fds[1]);
   std::vector<char> bytes;
   char buf[1 << 16];
+  bool stopped = false;
   for (;;) {
+    if (allowed_s > 0) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      pollfd p{.fd = fds[0], .events = POLLIN, .revents = 0};
+      const int ready = left > 0 ? ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 1 << 30))) : 0;
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready == 0) {  // past the deadline: the child is stuck
+        ::kill(pid, SIGKILL);
+        stopped = true;
+        break;
+      }
+    }
     const ssize_t n = ::read(fds[0], buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
@@ -61,6 +81,10 @@ Result<std::vector<double>> run_contained(std::string_view what, const std::func
   int status = 0;
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
+  if (stopped)
+    return Status::Internal(fmt::format("{} did not answer within {:.3g} s (its time limit is {:.3g} s); its process "
+                                        "was stopped and Ferry goes on without its answer",
+                                        what, allowed_s, time_limit_s));
   if (WIFSIGNALED(status))
     return Status::Internal(fmt::format("{} crashed (signal {}: {}) on this problem, in its own process; Ferry goes on "
                                         "without its answer",

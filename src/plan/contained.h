@@ -18,8 +18,14 @@
 
 namespace ferry {
 
-// Runs `work` in a child process and returns what it returned. Errors (Internal): the child
-// crashed or could not be started (the message names `what`).
-Result<std::vector<double>> run_contained(std::string_view what, const std::function<std::vector<double>()>& work);
+// Runs `work` in a child process and returns what it returned. `time_limit_s` is the solver's own
+// time limit: a child that has not answered within twice that and `grace_s` is stopped (SIGKILL);
+// no deadline where the limit is not a positive finite number.
+// A child forked while another thread holds a lock can hang on it for good, so callers fork only
+// where no other thread of theirs runs (plan/policy.cc's portfolio); the deadline is the guard
+// behind that rule. Errors (Internal): the child crashed, was stopped or could not be started (the
+// message names `what`).
+Result<std::vector<double>> run_contained(std::string_view what, double time_limit_s,
+                                          const std::function<std::vector<double>()>& work, double grace_s = 60);
 
 }  // namespace ferry

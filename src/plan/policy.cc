@@ -73,8 +73,9 @@ int usable_cores() {
 // 6 s on a 10,000-op ResNet). Planners only read the context and the facts, and the plans are
 // compared in the fixed order below once every one is done: the answer does not depend on which
 // worker finished first. A seed whose solver runs in a forked child (checkmate, plan/contained.h)
-// plans on this thread after the workers have joined: a child forked while another thread runs
-// may inherit a lock that no thread of its own will release (it did, under ASan: the child hung).
+// plans on this thread after the workers have joined, and the LP that ferry's own guided variants
+// read is solved before they start: a child forked while another thread runs may inherit a lock
+// that no thread of its own will release (it did, under ASan: the child hung in its allocator).
 Result<PlanAttempt> plan_ferry_default(const PlanContext& ctx, const PlanFacts& facts) {
   const bool portfolio = ctx.budget_bytes != 0 && !ctx.restricts_executor();
   struct Seed {
@@ -108,9 +109,20 @@ Result<PlanAttempt> plan_ferry_default(const PlanContext& ctx, const PlanFacts& 
     alone.clear();
   }
   const size_t tasks = queue.size();
+  // The bound with its LP solution, for ferry's guided variants; where the solver fails
+  // (plan/contained.h), ferry plans without them.
+  FerryTuning tuning;
+  std::optional<LowerBound> bound;
+  if (ferry_wants_lp_solution(ctx, facts, tuning)) {
+    Result<LowerBound> b = plan_lower_bound(ctx, facts, LowerBoundOptions{.keep_solution = true});
+    if (b.ok())
+      bound = std::move(*b);
+    else
+      tuning.lp_guided = false;
+  }
   auto run_task = [&](size_t task) {
     if (task == 0) {
-      own.emplace(plan_ferry(ctx, facts));
+      own.emplace(plan_ferry(ctx, facts, tuning, nullptr, bound ? &*bound : nullptr));
       return;
     }
     SeedPlan& out = planned[task - 1];

@@ -138,7 +138,7 @@ Result<MilpSolution> solve_milp(const Milp& m, const SolveLimits& limits) {
   }
   const auto t0 = std::chrono::steady_clock::now();
   // The solve runs in a child process (plan/contained.h): a solver abort ends only that process.
-  Result<std::vector<double>> packed = run_contained("the MILP solver (CBC)", [&]() {
+  Result<std::vector<double>> packed = run_contained("the MILP solver (CBC)", limits.seconds, [&]() {
     Cbc_solve(model);
     std::vector<double> out = {Cbc_isProvenOptimal(model) != 0 ? 1.0 : 0.0,
                                Cbc_isProvenInfeasible(model) != 0 ? 1.0 : 0.0, 0.0, 0.0, 0.0};

@@ -1359,8 +1359,13 @@ class Planner {
 }  // namespace
 }  // namespace planner
 
+bool ferry_wants_lp_solution(const PlanContext& ctx, const PlanFacts& facts, const FerryTuning& tuning) {
+  return ctx.budget_bytes != 0 && tuning.lp_guided && !tuning.lp_guide_penalties.empty() &&
+         facts.g().ops.size() <= tuning.lp_guided_max_ops;
+}
+
 Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, const FerryTuning& tuning,
-                               std::vector<PlanDecision>* decisions) {
+                               std::vector<PlanDecision>* decisions, const LowerBound* given_bound) {
   // A variant's plan, the planner that made it (for the polish), its simulated time (infinity when
   // it does not fit) and its host updates.
   struct Variant {
@@ -1519,16 +1524,21 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
   // each penalty, with every link weight, kept sources off and on, the weights' inner gaps open and
   // closed, for the host sets of the fastest plan so far and of the fastest variants apart; the
   // fastest of them is polished (below). Not where a plan so far is within kGuidedMinGap of the
-  // bound (nothing left to gain). The relaxation is solved here once more than for the reported
-  // bound (which `ferry plan` solves on a thread of its own), on graphs up to lp_guided_max_ops ops.
-  if (ctx.budget_bytes != 0 && tuning.lp_guided && !tuning.lp_guide_penalties.empty() &&
-      facts.g().ops.size() <= tuning.lp_guided_max_ops) {
+  // bound (nothing left to gain). On graphs up to lp_guided_max_ops ops. The relaxation is solved
+  // here unless the caller has (given_bound: the portfolio solves it before its workers start),
+  // and once more where `ferry plan` reports the bound.
+  if (ferry_wants_lp_solution(ctx, facts, tuning)) {
     constexpr double kGuidedMinGap = 1.01;
-    FERRY_ASSIGN_OR_RETURN(const LowerBound bound,
-                           plan_lower_bound(ctx, facts, LowerBoundOptions{.keep_solution = true}));
+    // A solver that fails (plan/contained.h: it crashed or did not answer) leaves the guided
+    // variants out; the plans so far stand.
+    std::optional<LowerBound> solved;
+    if (given_bound == nullptr)
+      if (Result<LowerBound> b = plan_lower_bound(ctx, facts, LowerBoundOptions{.keep_solution = true}); b.ok())
+        solved = std::move(*b);
+    const LowerBound* bound = given_bound != nullptr ? given_bound : solved ? &*solved : nullptr;
     const double fastest = std::min({best.us, kept_weights.us, sourced.us});
-    if (!bound.solution.empty() && !(fastest <= kGuidedMinGap * bound.us)) {
-      guide_values = planner::lp_values(bound);
+    if (bound != nullptr && !bound->solution.empty() && !(fastest <= kGuidedMinGap * bound->us)) {
+      guide_values = planner::lp_values(*bound);
       guides.reserve(tuning.lp_guide_penalties.size());  // no reallocation: the planners point into it
       for (float penalty : tuning.lp_guide_penalties) guides.push_back({&guide_values, penalty});
       std::vector<std::vector<OpId>> sets{best.host_ops};

@@ -67,9 +67,20 @@ struct FerryTuning {
   size_t lp_guided_max_ops = 8000;
 };
 
+struct LowerBound;
+
+// Whether plan_ferry with `tuning` runs its LP-guided variants on ctx, and so needs the lower
+// bound's LP solution (plan_lower_bound with LowerBoundOptions::keep_solution).
+bool ferry_wants_lp_solution(const PlanContext& ctx, const PlanFacts& facts, const FerryTuning& tuning = {});
+
 // Plans ctx with the Ferry planner. Returns the best attempt (which may not fit: the registry
-// reports that). `decisions`, when not null, receives the winning plan's decisions.
+// reports that). `decisions`, when not null, receives the winning plan's decisions. `bound`, when
+// not null, is the bound with its LP solution that the guided variants read (the caller solved
+// it); null, plan_ferry solves it itself where ferry_wants_lp_solution(). The LP solves in a forked
+// child (plan/contained.h), so a caller planning on several threads solves it before they start:
+// a child forked while another thread allocates can inherit a lock that no thread of its own will
+// release (ASan's allocator's, in CI: the child hung).
 Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, const FerryTuning& tuning = {},
-                               std::vector<PlanDecision>* decisions = nullptr);
+                               std::vector<PlanDecision>* decisions = nullptr, const LowerBound* bound = nullptr);
 
 }  // namespace ferry
