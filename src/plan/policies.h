@@ -53,6 +53,10 @@ struct PolicyOptions {
   // ferry: make its own plans and its seed portfolio's on two workers (when the process may use two
   // cores). The answer is the same either way: the plans are compared in one order.
   bool parallel_portfolio = true;
+  // For budget searches, which ask only whether a policy fits: ferry may return its first plan
+  // that fits instead of its fastest (its variants in their order, and the portfolio's seeds only
+  // where none of ferry's own fits). Whether it fits is the same either way; the plan is not.
+  bool first_fit = false;
 };
 
 // Everything a planner reads. `graph` carries the backend's tensor sizes (Tensor::bytes) and

@@ -108,12 +108,19 @@ Result<PlanAttempt> plan_ferry_default(const PlanContext& ctx, const PlanFacts& 
     queue.resize(1);
     alone.clear();
   }
+  // A budget search's probe (PolicyOptions::first_fit): ferry's own planner first, alone (its LP's
+  // child forks beside no other thread), and the seeds only where it does not fit.
+  if (ctx.options.first_fit && ctx.budget_bytes != 0) {
+    own.emplace(plan_ferry(ctx, facts));
+    if (!own->ok() || (*own)->fits || !portfolio) return std::move(*own);
+    queue.erase(queue.begin());
+  }
   const size_t tasks = queue.size();
   // The bound with its LP solution, for ferry's guided variants; where the solver fails
   // (plan/contained.h), ferry plans without them.
   FerryTuning tuning;
   std::optional<LowerBound> bound;
-  if (ferry_wants_lp_solution(ctx, facts, tuning)) {
+  if (!own && ferry_wants_lp_solution(ctx, facts, tuning)) {
     Result<LowerBound> b = plan_lower_bound(ctx, facts, LowerBoundOptions{.keep_solution = true});
     if (b.ok())
       bound = std::move(*b);
@@ -283,8 +290,11 @@ Result<uint64_t> min_budget(const Entry& e, const PlanContext& ctx, const PlanFa
   // different budget changes which tensor goes first, and every later choice with it (lru on
   // resnet-mini at batch 3 fits at 54.9% of the keep plan, where a bisection answers 56.0%).
   // Bisection finds a budget that fits; the scan below it finds the lowest on a 1% grid.
+  // Probes ask only whether a plan fits: ferry may stop at its first (PolicyOptions::first_fit).
+  PlanContext probing = ctx;
+  probing.options.first_fit = true;
   auto fits = [&](uint64_t budget) -> Result<bool> {
-    FERRY_ASSIGN_OR_RETURN(PlanAttempt a, attempt_at(e, ctx, facts, budget));
+    FERRY_ASSIGN_OR_RETURN(PlanAttempt a, attempt_at(e, probing, facts, budget));
     return a.fits;
   };
   // ferry may offload weights and optimizer state: the persistent region is no floor for it.

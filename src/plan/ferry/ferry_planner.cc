@@ -1404,12 +1404,21 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
   }
   // Plans one variant and keeps it when it beats the best so far; returns its simulated time
   // (infinity when it does not fit).
+  // PolicyOptions::first_fit (budget searches): the first variant that fits ends the search; the
+  // variants before it run as without first_fit, and so whether one fits is the same.
+  const bool first_fit = ctx.options.first_fit && ctx.budget_bytes != 0;
+  std::optional<PlanAttempt> fitted;
   auto consider = [&](double weight, const std::vector<OpId>& host_ops, bool count_interference, bool tight = false,
                       bool recompute = true, bool host_inner_gaps = true, bool kept_sources = false,
                       const planner::LpGuide* guide = nullptr) -> Result<double> {
+    if (fitted) return std::numeric_limits<double>::infinity();
     auto p = std::make_unique<planner::Planner>(ctx, facts, weight, host_ops, count_interference, tight, recompute,
                                                 host_inner_gaps, kept_sources, guide);
     FERRY_ASSIGN_OR_RETURN(PlanAttempt a, p->run(nullptr));
+    if (first_fit && a.fits) {
+      fitted = std::move(a);
+      return std::numeric_limits<double>::infinity();
+    }
     double us = std::numeric_limits<double>::infinity();
     if (a.fits) {
       FERRY_ASSIGN_OR_RETURN(SimResult sim, simulate_for_planning(ctx, facts, a.schedule));
@@ -1527,7 +1536,7 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
   // bound (nothing left to gain). On graphs up to lp_guided_max_ops ops. The relaxation is solved
   // here unless the caller has (given_bound: the portfolio solves it before its workers start),
   // and once more where `ferry plan` reports the bound.
-  if (ferry_wants_lp_solution(ctx, facts, tuning)) {
+  if (ferry_wants_lp_solution(ctx, facts, tuning) && !fitted) {
     constexpr double kGuidedMinGap = 1.01;
     // A solver that fails (plan/contained.h: it crashed or did not answer) leaves the guided
     // variants out; the plans so far stand.
@@ -1566,6 +1575,11 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
       for (const std::vector<OpId>& set : host_sets)
         for (double weight : tuning.link_weights)
           FERRY_RETURN_IF_ERROR(consider(weight, set, true, /*tight=*/true, recompute).status());
+  if (fitted) {
+    FERRY_ASSIGN_OR_RETURN(fitted->measure, measure_schedule(facts, fitted->schedule));
+    fitted->notes = "the first plan found that fits (a budget search's probe); " + fitted->notes;
+    return std::move(*fitted);
+  }
   using Polish = planner::Planner::Polish;
   auto polish = [&](Variant& v, Polish kind = Polish::kStalls) -> Status {
     // Each try lowers (and mostly simulates) the whole iteration: the winner's polish gets its
