@@ -6,7 +6,6 @@
 // plus the planner's behaviour: nothing moves when everything fits, every plan it returns is
 // legal and within the budget, --tier none recomputes only, and on the zoo's small models it is
 // at least as fast as every seed policy that fits.
-#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -548,41 +547,6 @@ TEST(FerryPlanner, LpGuidedVariantsAreNeverSlowerAndWinACell) {
       });
   EXPECT_GT(t.compared, 0u);
   EXPECT_GT(t.won, 0u) << "the LP-guided variants won no cell: the comparison above proved nothing";
-}
-
-// A budget search's probes (PolicyOptions::first_fit) stop at the first plan that fits: at budgets
-// around ferry's smallest (where only the last variants, the tight ones, fit) and above it, on
-// either tier, ferry fits with them exactly where it fits without them, and a first-fit plan is
-// within its budget.
-TEST(FerryPlanner, FirstFitProbesFitWhereTheFullSearchFits) {
-  const CostModel cost(load_profile("v100-16gb-pcie3").value());
-  for (auto [name, tier] : {std::pair{"resnet-mini", Tier::kHost}, std::pair{"gpt2-mini", Tier::kSsd}}) {
-    ModelConfig c;
-    c.batch = 4;
-    c.train.optimizer = OptimizerKind::kAdam;
-    const Graph g = build_model(name, c).value();
-    PlanContext ctx{.graph = g, .cost = cost, .tier = tier};
-    const uint64_t full = policy_test::must_plan("none", ctx).device_bytes;
-    const uint64_t min = find_min_budget("ferry", ctx).value();
-    int fitted = 0, refused = 0;
-    ctx.name_smallest_budget = false;
-    for (double above : {-0.01, 0.0, 0.05}) {
-      ctx.budget_bytes = static_cast<uint64_t>(static_cast<double>(min) + above * static_cast<double>(full));
-      SCOPED_TRACE(fmt::format("{} on {} at {} bytes ({} of the keep plan above the smallest, {})", name,
-                               to_string(tier), ctx.budget_bytes, above, min));
-      PlanContext probe = ctx;
-      probe.options.first_fit = true;
-      Result<PlanReport> whole = plan_policy("ferry", ctx), first = plan_policy("ferry", probe);
-      const bool fits = whole.ok(), first_fits = first.ok();
-      if (!fits) EXPECT_EQ(whole.status().code(), StatusCode::kOutOfMemory) << whole.status().message();
-      if (!first_fits) EXPECT_EQ(first.status().code(), StatusCode::kOutOfMemory) << first.status().message();
-      EXPECT_EQ(fits, first_fits);
-      if (first_fits) EXPECT_LE(first->device_bytes, ctx.budget_bytes);
-      (fits ? fitted : refused) += 1;
-    }
-    EXPECT_EQ(fitted, 2) << "at and above the smallest budget";
-    EXPECT_EQ(refused, 1) << "below it";
-  }
 }
 
 // The second polish swaps a recomputed gap only where the tensor can make its copy: ResNet-50

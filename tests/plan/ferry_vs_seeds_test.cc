@@ -117,25 +117,34 @@ INSTANTIATE_TEST_SUITE_P(SmallModels, FerryPortfolio, ::testing::Values("resnet-
 
 class FerryMinBudget : public SmallModelPlan {};
 
+// The search's probes stop at the first plan that fits (PolicyOptions::first_fit); the plans here
+// are whole searches, so they check its answer. At each budget a first-fit plan fits exactly where
+// the whole search does, and within its budget.
 TEST_P(FerryMinBudget, FeasibilityIsMonotoneAboveTheMinimumBudget) {
   PlanContext& ctx = *ctx_;
   const uint64_t full = full_;
   Result<uint64_t> min = find_min_budget("ferry", ctx);
   ASSERT_TRUE(min.ok()) << min.status().message();
   EXPECT_LT(*min, full);
-  // Every budget from the minimum up to the full peak, in steps of 4% of it, fits.
-  for (uint64_t budget = *min; budget <= full; budget += full / 25) {
+  ctx.name_smallest_budget = false;
+  auto fits = [&](uint64_t budget) {
     ctx.budget_bytes = budget;
-    Result<PlanReport> r = plan_policy("ferry", ctx);
-    EXPECT_TRUE(r.ok()) << fmt::format("{}: ferry fits at {} bytes but not at {}: {}", GetParam(), *min, budget,
-                                       r.status().message());
-  }
+    PlanContext probe = ctx;
+    probe.options.first_fit = true;
+    Result<PlanReport> whole = plan_policy("ferry", ctx), first = plan_policy("ferry", probe);
+    EXPECT_EQ(whole.ok(), first.ok()) << "a first-fit probe at " << budget << " bytes disagrees: "
+                                      << (whole.ok() ? first : whole).status().message();
+    if (first.ok()) EXPECT_LE(first->device_bytes, budget);
+    if (!whole.ok()) EXPECT_EQ(whole.status().code(), StatusCode::kOutOfMemory) << whole.status().message();
+    return whole.ok();
+  };
+  // Every budget from the minimum up to the full peak, in steps of 4% of it, fits.
+  for (uint64_t budget = *min; budget <= full; budget += full / 25)
+    EXPECT_TRUE(fits(budget)) << fmt::format("{}: ferry fits at {} bytes but not at {}", GetParam(), *min, budget);
   // Below it, on the 1% grid the search scans, none does (find_min_budget's contract).
   const uint64_t step = align_up(std::max<uint64_t>(full / 100, 1), ctx.alignment);
-  for (uint64_t k = 1; k <= 2 && k * step < *min; ++k) {
-    ctx.budget_bytes = *min - k * step;
-    EXPECT_FALSE(plan_policy("ferry", ctx).ok()) << "fits " << k << "% below the minimum";
-  }
+  for (uint64_t k = 1; k <= 2 && k * step < *min; ++k)
+    EXPECT_FALSE(fits(*min - k * step)) << "fits " << k << "% below the minimum";
 }
 
 // densenet-mini takes two minutes of planning here; these two cover a CNN and a transformer.
