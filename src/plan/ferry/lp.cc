@@ -120,7 +120,8 @@ Result<LinearProgram::Solution> LinearProgram::solve(double time_limit_s, int ma
     return packed;
   };
   FERRY_ASSIGN_OR_RETURN(std::vector<double> packed,
-                         run_contained(has_integers() ? "the MILP solver (CBC)" : "the LP solver (Clp)", time_limit_s, solve_here));
+                         run_contained(has_integers() ? "the MILP solver (CBC)" : "the LP solver (Clp)", time_limit_s,
+                                       solve_here));
   if (packed.size() < 5) return Status::Internal("the solver's process returned too little");
   Solution s;
   s.optimal = packed[0] != 0;
