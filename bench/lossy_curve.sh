@@ -2,8 +2,8 @@
 # Lossy stashing (`ferry train --lossy bf16`, issue 14): the loss curve of a run whose swapped
 # activations cross the SSD tier rounded to bfloat16, against the lossless curve, over 300
 # iterations (default), in one process: `ferry train --compare` trains the same model, data and
-# seed without a plan first (every lossless plan gives bitwise these losses: the identity tests),
-# then with ferry's plan at the budget on the SSD tier with --lossy bf16.
+# seed without a plan (every lossless plan gives bitwise these losses: the identity tests) and
+# with ferry's plan at the budget on the SSD tier with --lossy bf16, the two taking turns.
 # Usage: bench/lossy_curve.sh [--iters N] [--budget F%] [--out DIR] [-- extra ferry train options]
 # Writes DIR/run.json (the whole --json report), DIR/curve.csv (iteration, lossless, lossy) and
 # DIR/curve.svg, and prints a summary. Every figure is measured.

@@ -90,11 +90,13 @@ struct TrainCliOptions {
   bool demo = false;     // no options at all: the built-in demo (33% with ferry, compared)
 };
 
-// --compare: the same model trained first without a budget or a plan, in this process.
+// --compare: the same model trained without a budget or a plan, in this process, its iterations
+// interleaved with the planned run's (Note [Interleaved comparison]).
 struct Baseline {
   double median_ms = 0;
   uint64_t measured_peak_bytes = 0;
   std::vector<float> losses;
+  std::vector<double> iteration_ms;
 };
 
 // What planning one shape needs: the run's shape, or each bucket's with --seq-range/--batch-range.
@@ -481,35 +483,61 @@ ShapeBuckets make_buckets(const TrainCliOptions& o, TrainSetup& s, bool baseline
   return ShapeBuckets(*s.backend, s.range, o.seed, factory);
 }
 
-// Runs the iterations (measuring the process's resident set after each, and keeping the
-// transfers of the iterations after the first that ran the final plan of the last bucket); a
-// non-finite loss stops training.
-// `start`: when the run began (before its first plan), for the run's wall time.
-Result<TrainResult> run_iterations(ShapeBuckets& buckets, int64_t iters, bool show_progress,
-                                   std::chrono::steady_clock::time_point start) {
+// Note [Interleaved comparison]
+// --compare measures a slowdown: the planned run's median iteration over the median of the same
+// model's run without a plan. This VM's speed drifts by 20% between minutes, so two runs one after
+// the other measure the drift as much as the plan. The two runs therefore take turns: iteration i
+// of both runs before iteration i+1 of either, the run without a plan first at even i and second
+// at odd i (so that neither always follows the other's cache and allocator traffic). Both
+// executors are alive at once (their arenas add up in host memory; each keeps its own weights,
+// data and state, so each computes what it would alone: the losses are still compared bitwise).
+// Each run's wall time counts its own iterations (and the planned run's set-up) only.
+
+// One iteration of `buckets`, recorded in `r` (its time in r.wall_seconds): the process's resident
+// set after it, and the transfers of the iterations after the first that ran the final plan of the
+// last bucket. A non-finite loss stops training.
+Status run_recorded(ShapeBuckets& buckets, int64_t it, int64_t iters, TrainResult& r) {
+  const auto start = std::chrono::steady_clock::now();
+  const int64_t before_bucket = buckets.buckets().empty() ? -1 : buckets.active().value;
+  const size_t versions = buckets.buckets().empty() ? 0 : buckets.active_loop().plan_versions().size();
+  Result<LoopIteration> st = buckets.run_iteration(it);
+  if (!st.ok()) return st.status().with_context(fmt::format("iteration {}", it));
+  r.iterations.push_back(st->stats);
+  r.loop.push_back(*st);
+  r.shape.push_back(buckets.active().value);
+  r.rss_bytes.push_back(current_rss_bytes());
+  if (buckets.active().value != before_bucket) r.transfers.clear();  // another graph, another plan
+  if (it > 0 || iters == 1) r.transfers.push_back(buckets.active_loop().executor().last_transfers());
+  if (buckets.active_loop().plan_versions().size() != versions && buckets.active().value == before_bucket)
+    r.transfers.clear();  // the next iterations run a new plan
+  r.wall_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (!std::isfinite(st->stats.loss))
+    return Status::Internal(fmt::format("iteration {}: the loss is {} (diverged; lower --lr)", it, st->stats.loss));
+  return Status::Ok();
+}
+
+// Runs the iterations of `buckets` and, with `baseline` (--compare), those of the run without a
+// plan, interleaved (Note [Interleaved comparison]); `setup_seconds`: the planned run's time before
+// its first iteration (its first plan), part of its wall time.
+Result<TrainResult> run_iterations(ShapeBuckets& buckets, int64_t iters, bool show_progress, double setup_seconds,
+                                   ShapeBuckets* baseline = nullptr, TrainResult* baseline_result = nullptr) {
   TrainResult r;
+  r.wall_seconds = setup_seconds;
   auto fail = [&](Status s) {
     if (show_progress) std::fprintf(stderr, "\n");
     return s;
   };
   for (int64_t it = 0; it < iters; ++it) {
-    const int64_t before_bucket = buckets.buckets().empty() ? -1 : buckets.active().value;
-    const size_t versions = buckets.buckets().empty() ? 0 : buckets.active_loop().plan_versions().size();
-    Result<LoopIteration> st = buckets.run_iteration(it);
-    if (!st.ok()) return fail(st.status().with_context(fmt::format("iteration {}", it)));
-    r.iterations.push_back(st->stats);
-    r.loop.push_back(*st);
-    r.shape.push_back(buckets.active().value);
-    r.rss_bytes.push_back(current_rss_bytes());
-    if (buckets.active().value != before_bucket) r.transfers.clear();  // another graph, another plan
-    if (it > 0 || iters == 1) r.transfers.push_back(buckets.active_loop().executor().last_transfers());
-    if (buckets.active_loop().plan_versions().size() != versions && buckets.active().value == before_bucket)
-      r.transfers.clear();  // the next iterations run a new plan
-    if (!std::isfinite(st->stats.loss))
-      return fail(Status::Internal(fmt::format("iteration {}: the loss is {} (diverged; lower --lr)", it, st->stats.loss)));
-    if (show_progress) progress(it + 1, iters, st->stats.time_ms, st->stats.loss);
+    const bool baseline_first = it % 2 == 0;
+    if (baseline && baseline_first)
+      if (Status st = run_recorded(*baseline, it, iters, *baseline_result); !st.ok())
+        return fail(st.with_context("the run without a plan (--compare)"));
+    if (Status st = run_recorded(buckets, it, iters, r); !st.ok()) return fail(st);
+    if (baseline && !baseline_first)
+      if (Status st = run_recorded(*baseline, it, iters, *baseline_result); !st.ok())
+        return fail(st.with_context("the run without a plan (--compare)"));
+    if (show_progress) progress(it + 1, iters, r.iterations.back().time_ms, r.iterations.back().loss);
   }
-  r.wall_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return r;
 }
 
@@ -525,18 +553,16 @@ Result<TrainResult> summarize(TrainResult r, ShapeBuckets& buckets) {
   return r;
 }
 
-// --compare: trains the same graph (the same shapes) on the same data without a budget or a plan
-// (the executor allocates what the keep plan needs), in this process, before the planned run.
-Result<Baseline> run_baseline(const TrainCliOptions& o, TrainSetup& s, bool show_progress) {
-  const auto start = std::chrono::steady_clock::now();
-  ShapeBuckets buckets = make_buckets(o, s, /*baseline=*/true);
-  FERRY_RETURN_IF_ERROR(buckets.prepare(0));
-  FERRY_ASSIGN_OR_RETURN(TrainResult r, run_iterations(buckets, o.iters, show_progress, start));
+// --compare: what the run without a plan measured.
+Result<Baseline> baseline_of(TrainResult r, ShapeBuckets& buckets) {
   FERRY_ASSIGN_OR_RETURN(r, summarize(std::move(r), buckets));
   Baseline b;
   b.median_ms = r.median_ms;
   b.measured_peak_bytes = buckets.measured_peak_bytes();
-  for (const IterationStats& it : r.iterations) b.losses.push_back(it.loss);
+  for (const IterationStats& it : r.iterations) {
+    b.losses.push_back(it.loss);
+    b.iteration_ms.push_back(it.time_ms);
+  }
   return b;
 }
 
@@ -682,6 +708,8 @@ nlohmann::json train_report_json(const TrainCliOptions& o, const TrainSetup& s, 
   }
   if (s.baseline) {
     j["baseline"] = {{"median_iter_ms", s.baseline->median_ms},
+                     {"iteration_ms", s.baseline->iteration_ms},
+                     {"interleaved", true},  // Note [Interleaved comparison]
                      {"measured_peak_bytes", s.baseline->measured_peak_bytes},
                      {"losses_bitwise_identical", same_losses(*s.baseline, r)},
                      {"max_abs_loss_difference", max_loss_difference(*s.baseline, r)},
@@ -753,7 +781,7 @@ void print_train_summary(const TrainCliOptions& o, const TrainSetup& s, ShapeBuc
                 std::string(to_string(s.backend_options.conv_algorithm)).c_str(), r.convs.winograd, r.convs.kernels);
   if (s.baseline) {
     const Baseline& b = *s.baseline;
-    std::printf("\nSide by side (measured, this process, same data and seed):\n");
+    std::printf("\nSide by side (measured, this process, same data and seed, iterations taking turns):\n");
     std::printf("  %-26s %12s %14s %16s\n", "", "budget", "device peak", "iteration");
     std::printf("  %-26s %12s %14s %13.1f ms\n", "without a plan", "-", format_bytes(b.measured_peak_bytes).c_str(),
                 b.median_ms);
@@ -780,6 +808,8 @@ void print_train_header(const TrainCliOptions& o, const TrainSetup& s) {
                 "bucket)\n",
                 s.range.dimension.c_str(), static_cast<long long>(s.range.min), static_cast<long long>(s.range.max),
                 static_cast<long long>(s.range.bucket));
+  if (o.compare)
+    std::printf("  --compare: each iteration also runs without a budget or a plan, the two runs taking turns\n");
 }
 
 int run_train(const TrainCliOptions& given) {
@@ -797,22 +827,31 @@ int run_train(const TrainCliOptions& given) {
   const bool show_progress = !o.no_progress && !o.json && isatty(STDERR_FILENO);
   if (o.demo && !o.json)
     std::printf("ferry train without options: the built-in demo. It trains %s at %s of its no-swap peak with the "
-                "ferry planner, after the same run without a plan for comparison (`ferry train --help` for options)\n\n",
+                "ferry planner, beside the same run without a plan, the two taking turns iteration by iteration (`ferry "
+                "train --help` for options)\n\n",
                 describe(s.graph).c_str(), o.budget.c_str());
-  if (o.compare) {
-    if (!o.json) std::printf("Training without a plan first (for --compare), %lld iterations\n", static_cast<long long>(o.iters));
-    Result<Baseline> b = run_baseline(o, s, show_progress);
-    if (!b.ok()) return report(b.status().with_context("the run without a plan (--compare)"));
-    s.baseline = std::move(*b);
-  }
   const auto start = std::chrono::steady_clock::now();
   ShapeBuckets buckets = make_buckets(o, s, /*baseline=*/false);
   // The first shape is planned and its executor made before anything runs, so that a budget no
   // plan fits or a precision the backend cannot train fails up front.
   if (Status st = buckets.prepare(0); !st.ok()) return report(with_conv_hint(st, s.graph, s.backend_options));
+  const double setup_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  // --compare: the same shapes without a plan, interleaved with the planned run.
+  std::optional<ShapeBuckets> baseline;
+  TrainResult baseline_result;
+  if (o.compare) {
+    baseline.emplace(make_buckets(o, s, /*baseline=*/true));
+    if (Status st = baseline->prepare(0); !st.ok()) return report(st.with_context("the run without a plan (--compare)"));
+  }
   if (!o.json) print_train_header(o, s);
-  Result<TrainResult> iterations = run_iterations(buckets, o.iters, show_progress, start);
+  Result<TrainResult> iterations = run_iterations(buckets, o.iters, show_progress, setup_seconds,
+                                                  baseline ? &*baseline : nullptr, &baseline_result);
   if (!iterations.ok()) return report(with_conv_hint(iterations.status(), s.graph, s.backend_options));
+  if (baseline) {
+    Result<Baseline> b = baseline_of(std::move(baseline_result), *baseline);
+    if (!b.ok()) return report(b.status().with_context("the run without a plan (--compare)"));
+    s.baseline = std::move(*b);
+  }
   Result<TrainResult> r = summarize(std::move(*iterations), buckets);
   if (!r.ok()) return report(r.status());
   // The newest plan's prediction and where its figures came from.
@@ -911,8 +950,10 @@ void register_train(CLI::App& app, std::function<int()>& action) {
                 "(O(arena) per op): for small models and few iterations");
   add_backend_options(cmd, o->conv_algo);
   cmd->add_flag("--compare", o->compare,
-                "Also train the same model without a budget or a plan first, in this process, and report the measured "
-                "slowdown, both peaks and whether the losses are bitwise identical (they must be; exit 1 if not). "
+                "Also train the same model without a budget or a plan, in this process, the two runs taking turns "
+                "iteration by iteration (so that the machine's drift falls on both alike; both runs' memory is held at "
+                "once), and report the measured slowdown, both peaks and whether the losses are bitwise identical "
+                "(they must be; exit 1 if not). "
                 "`ferry train` with no options (or only --json, --no-progress) runs the built-in demo: --budget 33% "
                 "--compare");
   cmd->add_flag("--json", o->json, "Print the results as JSON (for scripts)");

@@ -117,6 +117,18 @@ MeasuredFigures merge_figures(const MeasuredFigures& older, const MeasuredFigure
   return m;
 }
 
+MeasuredFigures with_known_links(MeasuredFigures recent, const MeasuredFigures& known) {
+  for (size_t l = 0; l < kNumLinks; ++l)
+    if (!recent.links[l]) recent.links[l] = known.links[l];
+  for (const CodecFigure& c : known.codecs)
+    if (std::none_of(recent.codecs.begin(), recent.codecs.end(), [&](const CodecFigure& n) {
+          return n.tensor_class == c.tensor_class && n.codec == c.codec;
+        }))
+      recent.codecs.push_back(c);
+  std::sort(recent.codecs.begin(), recent.codecs.end(), codec_order);
+  return recent;
+}
+
 void apply_op_times(const MeasuredFigures& f, Graph& g) {
   FERRY_CHECK(f.op_us.size() == g.ops.size(), "figures of {} ops applied to a graph of {}", f.op_us.size(),
               g.ops.size());

@@ -21,7 +21,9 @@
 //   (ExecutorOptions::ssd_measure_codecs): the cost model predicts coded transfers with them and
 //   the planners choose codecs by them (CostOptions::codecs).
 // - Merging keeps, per op, the smaller time (the first iteration pays one-time costs: page
-//   faults, cold caches), per link the newer fit, and per (class, codec) the newer figure.
+//   faults, cold caches), per link the newer fit, and per (class, codec) the newer figure. A link
+//   or codec the latest iterations did not use keeps the figure the running plan was made from
+//   (with_known_links), so that no figure measured once falls back to the device profile's.
 #pragma once
 
 #include <array>
@@ -65,6 +67,12 @@ MeasuredFigures fit_figures(const std::vector<double>& op_us, const std::vector<
 
 // `newer` merged into `older` (Design).
 MeasuredFigures merge_figures(const MeasuredFigures& older, const MeasuredFigures& newer);
+// `recent` (what the last iterations measured) with the links and codec figures it lacks taken
+// from `known` (what the running plan was made from): a plan that stops using a link (the disk
+// after a re-plan moved everything off it) measures nothing of it, and its next plans and the
+// profile cache must keep the link's measured figure instead of falling back to the device
+// profile's. Op times are recent's alone (the latest iterations are what drift is judged on).
+MeasuredFigures with_known_links(MeasuredFigures recent, const MeasuredFigures& known);
 
 // Op times measured under a plan whose copies slowed the ops beside them (compute interference),
 // each divided by the stretch the simulator predicted for it (SimResult::op_stretch): the ops' own

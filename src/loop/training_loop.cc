@@ -183,6 +183,7 @@ Status TrainingLoop::observe(int64_t iteration, double time_ms) {
                                                 iteration));
   }
   measured_ = previous ? merge_figures(*previous, fig) : fig;
+  if (plan_figures_) measured_ = with_known_links(std::move(*measured_), *plan_figures_);
   if (options_.measure_online && plan_figures_ && plan_figures_->codecs.empty() && !fig.codecs.empty()) {
     // The known figures (a cache written by a run that measured no codecs) lack what this run's
     // SSD tier measured of the codecs: plan once more with them.

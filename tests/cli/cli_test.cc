@@ -901,9 +901,10 @@ TEST(Cli, PlanExplainSaysWhatEveryMovedTensorCostsAndTheAlternative) {
   EXPECT_TRUE(has(human.out, "rejected alternative")) << human.out;
 }
 
-// --compare: the run without a plan comes first in the same process; the report has both peaks,
-// the measured slowdown and the bitwise comparison of the losses.
-TEST(Cli, TrainCompareRunsWithoutAPlanFirstAndComparesTheLosses) {
+// --compare: the run without a plan takes turns with the planned run in the same process; the
+// report has both peaks, both runs' iteration times, the measured slowdown (medians of the
+// iterations after the first) and the bitwise comparison of the losses.
+TEST(Cli, TrainCompareRunsWithoutAPlanAlongsideAndComparesTheLosses) {
   Output o = ferry("train --model resnet-mini --batch 8 --iters 3 --budget 50% --compare --no-progress --json");
   ASSERT_EQ(o.code, 0) << o.out;
   const auto j = nlohmann::json::parse(o.out);
@@ -915,6 +916,13 @@ TEST(Cli, TrainCompareRunsWithoutAPlanFirstAndComparesTheLosses) {
   EXPECT_GT(j["measured_slowdown"].get<double>(), 0);
   EXPECT_DOUBLE_EQ(j["measured_slowdown"].get<double>(),
                    j["median_iter_ms"].get<double>() / j["baseline"]["median_iter_ms"].get<double>());
+  EXPECT_TRUE(j["baseline"]["interleaved"].get<bool>());
+  const auto baseline_ms = j["baseline"]["iteration_ms"].get<std::vector<double>>();
+  ASSERT_EQ(baseline_ms.size(), 3u);
+  for (double ms : baseline_ms) EXPECT_GT(ms, 0);
+  // The median of the iterations after the first, from the reported times (3 iterations: of 2,
+  // the larger, as the report takes the upper median).
+  EXPECT_DOUBLE_EQ(j["baseline"]["median_iter_ms"].get<double>(), std::max(baseline_ms[1], baseline_ms[2]));
   Output plain = ferry("train --model resnet-mini --batch 8 --iters 3 --budget 50% --no-progress --json");
   ASSERT_EQ(plain.code, 0) << plain.out;
   EXPECT_FALSE(nlohmann::json::parse(plain.out).contains("baseline"));

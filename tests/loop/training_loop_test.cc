@@ -251,6 +251,60 @@ TEST(TrainingLoop, KnownFiguresAreNotMeasuredAgain) {
   EXPECT_TRUE((*loop)->measured().has_value()) << "iterations are still measured";
 }
 
+// A link the run stops using keeps the figure it measured: the first plan swaps to the SSD tier
+// and its iteration fits the disk's links; every later plan recomputes only, so the iterations
+// after it move nothing. The plans made after those iterations must still see the disk as it was
+// measured, not as the device profile has it (which a later drift re-plan would otherwise trust,
+// and the profile cache would keep).
+TEST(TrainingLoop, LinksTheRunStopsUsingKeepTheirMeasuredFigures) {
+  const Graph g = model();
+  auto backend = make_backend("cpu").value();
+  const Sized s = sized_of(g, *backend);
+  const uint64_t budget = s.none_bytes * 95 / 100;  // where recomputing fits on any op times
+  LoopOptions o = loop_options(s, budget);
+  o.executor.ssd_dir = std::filesystem::temp_directory_path().string();
+  o.measure_iterations = 1;
+  o.replan_every = 1;
+  o.keep_faster_current = false;
+  struct Call {
+    double ssd_write_us = 0, ssd_read_us = 0;
+    size_t swapped = 0;
+  };
+  auto calls = std::make_shared<std::vector<Call>>();
+  PlanFunction plan = [&s, budget, calls](const Graph& timed, const CostModel& cost) -> Result<Schedule> {
+    // The first plan swaps to the disk, every later one only recomputes (as --tier none plans).
+    PlanContext ctx{.graph = timed, .cost = cost, .budget_bytes = budget,
+                    .tier = calls->empty() ? Tier::kSsd : Tier::kHost, .op_scratch_bytes = s.scratch};
+    ctx.recompute_only = !calls->empty();
+    ctx.options.first_fit = true;  // any plan that fits will do
+    FERRY_ASSIGN_OR_RETURN(PlanReport r, plan_policy(calls->empty() ? "vdnn-all" : "ferry", ctx));
+    calls->push_back({.ssd_write_us = cost.link(Link::kSsdWrite).time_us(1 << 20),
+                      .ssd_read_us = cost.link(Link::kSsdRead).time_us(1 << 20),
+                      .swapped = r.schedule.distinct_tensors(ActionKind::kSwapOut)});
+    return r.schedule;
+  };
+  auto loop = TrainingLoop::create(g, s.graph, *backend, plan, o);
+  ASSERT_TRUE(loop.ok()) << loop.status().message();
+  ASSERT_TRUE((*loop)->initialize().ok());
+  ASSERT_EQ(run_losses(**loop).size(), static_cast<size_t>(kIters));
+  // Calls: 0 at creation (the profile), 1 after iteration 0 (its SSD copies measured), then one
+  // after each later iteration; from call 3 on, the last two iterations moved nothing.
+  ASSERT_GE(calls->size(), 4u);
+  ASSERT_GT((*calls)[0].swapped, 0u);
+  const Call& measured = (*calls)[1];
+  EXPECT_NE(measured.ssd_write_us, (*calls)[0].ssd_write_us) << "the disk's links were measured in iteration 0";
+  EXPECT_NE(measured.ssd_read_us, (*calls)[0].ssd_read_us);
+  for (size_t i = 1; i < calls->size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ((*calls)[i].swapped, 0u);
+    EXPECT_EQ((*calls)[i].ssd_write_us, measured.ssd_write_us);
+    EXPECT_EQ((*calls)[i].ssd_read_us, measured.ssd_read_us);
+  }
+  ASSERT_TRUE((*loop)->measured().has_value());
+  EXPECT_TRUE((*loop)->measured()->links[static_cast<size_t>(Link::kSsdWrite)].has_value());
+  EXPECT_TRUE((*loop)->measured()->links[static_cast<size_t>(Link::kSsdRead)].has_value());
+}
+
 TEST(DriftWatch, NeedsAStreakOfDriftingIterations) {
   DriftWatch w(0.15, 2);
   w.expect(100);
