@@ -166,14 +166,26 @@ def measure(a):
     return out
 
 
+def last_plan(j):
+    versions = j.get("plan_versions") or []
+    if not versions:
+        return "-"
+    v = versions[-1]
+    return f"{v['swapped_tensors']}, {v['recomputed_tensors']} ({len(versions)})"
+
+
 def render_measured(runs):
     if not runs:
         return ""
     out = ["", "Measured on this machine (`ferry train --compare`, CPU backend): the planned run and the run "
-           "without a plan in the same process, same data and seed; slowdown = median iteration of the planned "
-           "run / median of the run without a plan (the first iteration of each left out).", "",
+           "without a plan in the same process, same data and seed, taking turns iteration by iteration; slowdown "
+           "= median iteration of the planned run / median of the run without a plan (the first iteration of each "
+           "left out). `last plan`: the tensors the run's last plan swaps and recomputes, and how many plans the "
+           "run made (the first from the cache or the device profile, then from what it measured, then on drift).",
+           "",
            "| model | tier | budget | budget bytes | measured peak | peak without a plan | ms without a plan | "
-           "ms with ferry | slowdown | losses bitwise identical |", "|---|---|---|---|---|---|---|---|---|---|"]
+           "ms with ferry | slowdown | last plan: swapped, recomputed (plans) | losses bitwise identical |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in runs:
         j = r["json"]
         if not j:
@@ -183,7 +195,7 @@ def render_measured(runs):
         out.append(f"| {r['model']} | {r['tier']} | {r['fraction']}% | {j['budget_bytes'] / 2**20:.1f} MiB | "
                    f"{j['measured_peak_bytes'] / 2**20:.1f} MiB | {b['measured_peak_bytes'] / 2**20:.1f} MiB | "
                    f"{b['median_iter_ms']:.1f} | {j['median_iter_ms']:.1f} | {j['measured_slowdown']:.2f}x | "
-                   f"{'yes' if b['losses_bitwise_identical'] else 'NO'} |")
+                   f"{last_plan(j)} | {'yes' if b['losses_bitwise_identical'] else 'NO'} |")
     return "\n".join(out) + "\n"
 
 

@@ -97,6 +97,7 @@ Result<TieredPlan> plan_tiered(std::string_view policy, const PlanContext& ctx,
   PlanContext host_first = ctx;
   host_first.tier = Tier::kHost;
   FERRY_ASSIGN_OR_RETURN(out.report, plan_policy(policy, host_first));
+  if (ctx.tier != Tier::kHost) out.report.bound = nullptr;  // host_first's bound, not ctx's
   FERRY_ASSIGN_OR_RETURN(TierNeeds before, tier_needs(ctx, out.report.schedule));
   const uint64_t budget = host_budget->resolve(before.host_bytes);
   out.host_budget_bytes = budget;

@@ -29,6 +29,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -93,6 +94,8 @@ struct PlanContext {
   bool restricts_executor() const { return !framework_saved.empty() || !allow_recompute || !replayable_ops.empty(); }
 };
 
+struct LowerBound;  // plan/ferry/bound.h
+
 // A plan and what the planner knows about it.
 struct PlanReport {
   Schedule schedule;
@@ -106,6 +109,10 @@ struct PlanReport {
   double solve_seconds = 0;
   double mip_gap = 0;
   bool proven_optimal = false;
+  // The lower bound at the plan's context (what lower_bound(ctx) returns), where the planner
+  // solved it on the way (ferry's portfolio, for its LP-guided variants), so that a caller
+  // reporting the bound need not solve the LP again; null otherwise.
+  std::shared_ptr<const LowerBound> bound;
 };
 
 struct PolicyInfo {

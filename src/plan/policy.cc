@@ -153,7 +153,11 @@ Result<PlanAttempt> plan_ferry_default(const PlanContext& ctx, const PlanFacts& 
   for (size_t task : alone) run_task(task);
   if (!own->ok()) return own->status();
   PlanAttempt best = std::move(**own);
-  if (!portfolio) return best;
+  std::shared_ptr<const LowerBound> solved = bound ? std::make_shared<const LowerBound>(std::move(*bound)) : nullptr;
+  if (!portfolio) {
+    best.bound = std::move(solved);
+    return best;
+  }
   double best_us = std::numeric_limits<double>::infinity();
   if (best.fits) {
     FERRY_ASSIGN_OR_RETURN(SimResult sim, simulate_for_planning(ctx, facts, best.schedule));
@@ -170,6 +174,7 @@ Result<PlanAttempt> plan_ferry_default(const PlanContext& ctx, const PlanFacts& 
     best.notes = fmt::format("the plan of seed policy {} was faster than ferry's own ({})", seeds[k].name,
                              best.notes.empty() ? "no notes" : best.notes);
   }
+  best.bound = std::move(solved);  // the bound at ctx, whichever plan won
   return best;
 }
 Result<PlanAttempt> plan_ferry_exact(const PlanContext& ctx, const PlanFacts& facts) {
@@ -324,6 +329,7 @@ PlanReport report_of(PlanAttempt&& a) {
   r.solve_seconds = a.solve_seconds;
   r.mip_gap = a.mip_gap;
   r.proven_optimal = a.proven_optimal;
+  r.bound = std::move(a.bound);
   return r;
 }
 
@@ -372,7 +378,10 @@ Result<PlanReport> plan_policy(std::string_view policy, const PlanContext& ctx) 
     if (raw.fits) {
       FERRY_ASSIGN_OR_RETURN(SimResult coded_sim, simulate_for_planning(ctx, facts, a.schedule));
       FERRY_ASSIGN_OR_RETURN(SimResult raw_sim, simulate_for_planning(raw_ctx, raw_facts, raw.schedule));
-      if (coded_sim.iteration_us >= (1 - kCodecMinGain) * raw_sim.iteration_us) return report_of(std::move(raw));
+      if (coded_sim.iteration_us >= (1 - kCodecMinGain) * raw_sim.iteration_us) {
+        raw.bound = std::move(a.bound);  // the bound at ctx, not at raw_ctx
+        return report_of(std::move(raw));
+      }
     }
   }
   return report_of(std::move(a));

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -173,6 +174,10 @@ struct PlanAttempt {
   double mip_gap = 0;
   bool proven_optimal = false;
   bool fits = false;
+  // The lower bound at the attempt's context, where the planner solved it on the way (ferry's
+  // portfolio, for its LP-guided variants); null otherwise. lower_bound() of that context gives
+  // the same figure.
+  std::shared_ptr<const LowerBound> bound;
 };
 
 // Completes, measures and wraps an intent.

@@ -235,6 +235,8 @@ TEST(Cli, PlanSerialPlanningGivesTheSamePlan) {
   auto a = nlohmann::json::parse(parallel.out), b = nlohmann::json::parse(serial.out);
   for (const char* k : {"iteration_ms", "peak_bytes", "bytes_d2h", "bytes_h2d", "swap_outs", "recomputes", "lower_bound_ms"})
     EXPECT_EQ(a[k], b[k]) << k;
+  // The portfolio solved the bound on the way (for its guided variants); the report reuses it.
+  for (const auto& j : {a, b}) EXPECT_TRUE(j["seconds"]["bound_within_planning"].get<bool>());
 }
 
 TEST(Cli, PlanBadInputAndInfeasibleBudgets) {

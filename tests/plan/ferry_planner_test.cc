@@ -479,6 +479,36 @@ TEST(FerryPlanner, KeptSourceVariantsAreNeverSlowerAndWinACell) {
 // (always a constrained step) the gaps spanning it take away at least what must leave: every
 // memory row of the LP implies sum over those gaps of bytes * (x + y) >= live - budget. Values
 // mapped to the wrong gaps fail that check.
+// The portfolio solves the bound before its workers start (for the LP-guided variants) and hands
+// it on in its plan, so that `ferry plan` reports it without solving the LP again: the same figure
+// as lower_bound() of the same context. A budget probe (first_fit) and a plan without a budget
+// solve none and hand on none.
+TEST(FerryPlanner, ThePortfolioHandsOnTheBoundItSolved) {
+  ModelConfig c;
+  c.batch = 4;
+  const Graph g = build_model("resnet-mini", c).value();
+  const CostModel cost(load_profile("v100-16gb-pcie3").value());
+  PlanContext ctx{.graph = g, .cost = cost};
+  ctx.budget_bytes = policy_test::must_plan("none", ctx).device_bytes / 2;
+  const LowerBound alone = lower_bound(ctx).value();
+  if (alone.method != "lp") GTEST_SKIP() << "built without COIN-OR";
+  const PlanReport r = plan_policy("ferry", ctx).value();
+  ASSERT_NE(r.bound, nullptr);
+  EXPECT_EQ(r.bound->method, "lp");
+  EXPECT_NEAR(r.bound->us, alone.us, 1e-6 * alone.us);
+  EXPECT_FALSE(r.bound->solution.empty());
+  PlanContext probe = ctx;
+  probe.options.first_fit = true;
+  Result<PlanReport> probed = plan_policy("ferry", probe);
+  ASSERT_TRUE(probed.ok()) << probed.status().message();
+  EXPECT_EQ(probed->bound, nullptr);
+  PlanContext unlimited = ctx;  // no budget: nothing to guide, no bound solved
+  unlimited.budget_bytes = 0;
+  Result<PlanReport> free_plan = plan_policy("ferry", unlimited);
+  ASSERT_TRUE(free_plan.ok()) << free_plan.status().message();
+  EXPECT_EQ(free_plan->bound, nullptr);
+}
+
 TEST(FerryPlanner, TheBoundsSolutionCoversThePeakStep) {
   int checked = 0;
   for (const char* device : {"v100-16gb-pcie3", "a100-40gb-pcie4"})

@@ -134,8 +134,12 @@ TEST_P(FerryMinBudget, FeasibilityIsMonotoneAboveTheMinimumBudget) {
     Result<PlanReport> whole = plan_policy("ferry", ctx), first = plan_policy("ferry", probe);
     EXPECT_EQ(whole.ok(), first.ok()) << "a first-fit probe at " << budget << " bytes disagrees: "
                                       << (whole.ok() ? first : whole).status().message();
-    if (first.ok()) EXPECT_LE(first->device_bytes, budget);
-    if (!whole.ok()) EXPECT_EQ(whole.status().code(), StatusCode::kOutOfMemory) << whole.status().message();
+    if (first.ok()) {
+      EXPECT_LE(first->device_bytes, budget);
+    }
+    if (!whole.ok()) {
+      EXPECT_EQ(whole.status().code(), StatusCode::kOutOfMemory) << whole.status().message();
+    }
     return whole.ok();
   };
   // Every budget from the minimum up to the full peak, in steps of 4% of it, fits.

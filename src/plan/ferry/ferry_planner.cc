@@ -1534,8 +1534,8 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
   // closed, for the host sets of the fastest plan so far and of the fastest variants apart; the
   // fastest of them is polished (below). Not where a plan so far is within kGuidedMinGap of the
   // bound (nothing left to gain). On graphs up to lp_guided_max_ops ops. The relaxation is solved
-  // here unless the caller has (given_bound: the portfolio solves it before its workers start),
-  // and once more where `ferry plan` reports the bound.
+  // here unless the caller has (given_bound: the portfolio solves it before its workers start and
+  // hands it on in its plan, PlanReport::bound, which `ferry plan` reports without solving it again).
   if (ferry_wants_lp_solution(ctx, facts, tuning) && !fitted) {
     constexpr double kGuidedMinGap = 1.01;
     // A solver that fails (plan/contained.h: it crashed or did not answer) leaves the guided
