@@ -102,18 +102,11 @@ std::vector<double> unstretched_op_times(std::vector<double> measured, const std
 }
 
 MeasuredFigures merge_figures(const MeasuredFigures& older, const MeasuredFigures& newer) {
-  MeasuredFigures m = newer;
+  // Per link and codec the newer figure, else the older (with_known_links); per op the smaller time.
+  MeasuredFigures m = with_known_links(newer, older);
   if (older.op_us.size() == newer.op_us.size())
     for (size_t i = 0; i < m.op_us.size(); ++i)
       if (older.op_us[i] > 0) m.op_us[i] = m.op_us[i] > 0 ? std::min(m.op_us[i], older.op_us[i]) : older.op_us[i];
-  for (size_t l = 0; l < kNumLinks; ++l)
-    if (!m.links[l]) m.links[l] = older.links[l];
-  for (const CodecFigure& c : older.codecs)
-    if (std::none_of(m.codecs.begin(), m.codecs.end(), [&](const CodecFigure& n) {
-          return n.tensor_class == c.tensor_class && n.codec == c.codec;
-        }))
-      m.codecs.push_back(c);
-  std::sort(m.codecs.begin(), m.codecs.end(), codec_order);
   return m;
 }
 
