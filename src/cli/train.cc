@@ -321,7 +321,8 @@ Result<ShapePlanning> plan_shape(const TrainCliOptions& o, const TrainSetup& s, 
     sp.figures = f;
     sp.figures_source = "file";
   }
-  sp.cache_key = make_profile_key(sp.sized, omp_get_max_threads(), std::string(to_string(s.backend_options.conv_algorithm)));
+  sp.cache_key = make_profile_key(sp.sized, omp_get_max_threads(), std::string(to_string(s.backend_options.conv_algorithm)),
+                                 o.tier);
   if (!o.profile_file.empty()) {
     FERRY_ASSIGN_OR_RETURN(std::optional<MeasuredFigures> f, read_figures(o.profile_file, sp.cache_key, sp.sized.ops.size()));
     if (!f) return Status::InvalidArgument(fmt::format("--profile {}: no such file", o.profile_file));

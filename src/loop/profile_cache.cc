@@ -22,8 +22,8 @@ using Json = nlohmann::json;
 constexpr uint64_t kMaxFiguresBytes = uint64_t{64} << 20;
 
 std::string key_text(const ProfileKey& k) {
-  return fmt::format("v{}|{}|{}|{}|{}|{}", k.format_version, k.machine, k.threads, k.conv_algorithm, k.model,
-                     k.graph_hash);
+  return fmt::format("v{}|{}|{}|{}|{}|{}|{}", k.format_version, k.machine, k.threads, k.conv_algorithm, k.tier,
+                     k.model, k.graph_hash);
 }
 
 std::string hex(uint64_t v) { return fmt::format("{:016x}", v); }
@@ -67,11 +67,13 @@ std::string machine_description() {
   return fmt::format("{}, {} logical cores", model, std::thread::hardware_concurrency());
 }
 
-ProfileKey make_profile_key(const Graph& sized, int threads, const std::string& conv_algorithm) {
+ProfileKey make_profile_key(const Graph& sized, int threads, const std::string& conv_algorithm,
+                            const std::string& tier) {
   ProfileKey k;
   k.machine = machine_description();
   k.threads = threads;
   k.conv_algorithm = conv_algorithm;
+  k.tier = tier;
   k.model = sized.info.model;
   Hash64 h;
   auto add = [&](std::string_view s) { h.update(std::as_bytes(std::span<const char>(s.data(), s.size()))); };
@@ -97,7 +99,7 @@ std::string to_figures_json(const ProfileKey& key, const MeasuredFigures& f) {
   Json j;
   j["format_version"] = key.format_version;
   j["key"] = {{"machine", key.machine},   {"threads", key.threads},    {"conv_algorithm", key.conv_algorithm},
-              {"model", key.model},       {"graph_hash", key.graph_hash}};
+              {"tier", key.tier},         {"model", key.model},       {"graph_hash", key.graph_hash}};
   j["op_us"] = f.op_us;
   Json links = Json::object();
   for (size_t l = 0; l < kNumLinks; ++l)
@@ -142,6 +144,7 @@ Result<CachedFigures> parse_figures_json(std::string_view text_in, std::string_v
   };
   field("machine", c.key.machine);
   field("conv_algorithm", c.key.conv_algorithm);
+  field("tier", c.key.tier);
   field("model", c.key.model);
   field("graph_hash", c.key.graph_hash);
   if (!st.ok()) return bad(st.message());
@@ -215,6 +218,7 @@ Result<std::optional<MeasuredFigures>> read_figures(const std::string& path, con
   if (got.machine != key.machine) return differs("machine", key.machine, got.machine);
   if (got.model != key.model) return differs("model", key.model, got.model);
   if (got.conv_algorithm != key.conv_algorithm) return differs("convolution algorithm", key.conv_algorithm, got.conv_algorithm);
+  if (got.tier != key.tier) return differs("swap tier", key.tier, got.tier);
   if (got.threads != key.threads) return differs("threads", std::to_string(key.threads), std::to_string(got.threads));
   if (got.graph_hash != key.graph_hash)
     return differs("graph (ops and tensor sizes; another shape or optimizer?)", key.graph_hash, got.graph_hash);

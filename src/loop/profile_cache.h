@@ -3,7 +3,8 @@
 //
 // Design
 // - A key says what the figures are valid for: the cache format version, the machine (CPU model
-//   and logical cores, from /proc/cpuinfo), the compute threads, the convolution algorithm, and
+//   and logical cores, from /proc/cpuinfo), the compute threads, the convolution algorithm, the
+//   swap tier, and
 //   the graph as the backend runs it (model name, and a hash of every op's name and type and every
 //   tensor's backend size). Any difference is a different file: `<dir>/<16 hex digits>.json`,
 //   the digits an XXH64 of the key's text. The file also stores the key's fields, and a read
@@ -25,14 +26,18 @@
 
 namespace ferry {
 
-// 2: codec figures ("codecs") added.
-inline constexpr int kProfileCacheFormatVersion = 2;
+// 2: codec figures ("codecs") added. 3: the swap tier ("tier") joined the key.
+inline constexpr int kProfileCacheFormatVersion = 3;
 
 struct ProfileKey {
   int format_version = kProfileCacheFormatVersion;
   std::string machine;        // "AMD EPYC 7B13, 2 logical cores"
   int threads = 0;            // compute threads
   std::string conv_algorithm;
+  // The swap tier the figures were measured on ("host", "ssd", "none"): a tier's copies slow the
+  // ops beside them by their own amount, and only its own links are measured. Until format 3 an
+  // SSD run after host runs of a model began from their figures, with the profile's disk.
+  std::string tier;
   std::string model;          // Graph::info.model
   std::string graph_hash;     // ops' names and types, tensors' backend bytes (16 hex digits)
   bool operator==(const ProfileKey&) const = default;
@@ -42,8 +47,10 @@ struct ProfileKey {
 
 // This machine's description (CPU model name and logical cores).
 std::string machine_description();
-// The key of `sized` (backend sizes) run with `threads` and `conv_algorithm` on this machine.
-ProfileKey make_profile_key(const Graph& sized, int threads, const std::string& conv_algorithm);
+// The key of `sized` (backend sizes) run with `threads`, `conv_algorithm` and swap tier `tier` on
+// this machine.
+ProfileKey make_profile_key(const Graph& sized, int threads, const std::string& conv_algorithm,
+                            const std::string& tier);
 
 // The cache directory, or nullopt when neither $XDG_CACHE_HOME nor $HOME is set.
 std::optional<std::string> profile_cache_dir();

@@ -971,8 +971,9 @@ TEST(Cli, HostBudgetSpillsToTheSsdTier) {
 
 // The dynamic loop from the command line: the first run measures its first iterations, re-plans
 // from them and caches the figures; the next run of the same model and shape plans from the cache
-// at once; --no-cache measures again, --static-plan never re-plans, --profile reads a file, and a
-// file of another shape is refused. Every run computes the same losses.
+// at once, and a run on another swap tier measures its own; --no-cache measures again,
+// --static-plan never re-plans, --profile reads a file, and a file of another shape or tier is
+// refused. Every run computes the same losses.
 TEST(Cli, TrainMeasuresCachesAndReusesItsProfile) {
   const std::string common = "train --model resnet-mini --batch 8 --iters 4 --budget 70% --no-progress --json";
   const std::string own_cache = temp("own-cache");  // empty, whatever other tests of this process cached
@@ -1005,6 +1006,13 @@ TEST(Cli, TrainMeasuresCachesAndReusesItsProfile) {
   ASSERT_FALSE(second.empty());
   EXPECT_EQ(second["plan_versions"][0]["figures"], "cache") << second["loop_events"].dump();
   EXPECT_EQ(second["profile_cache"], cache);
+  // Another swap tier is another key: its copies slow the ops by their own amount and it measures
+  // its own links, so it measures again instead of reading the host tier's figures.
+  const auto other_tier = run("--tier ssd");
+  ASSERT_FALSE(other_tier.empty());
+  EXPECT_EQ(other_tier["plan_versions"][0]["figures"], "profile") << other_tier["loop_events"].dump();
+  EXPECT_EQ(other_tier["profile_source"], "measured");
+  EXPECT_NE(other_tier["profile_cache"], cache);
   const auto fresh = run("--no-cache");
   ASSERT_FALSE(fresh.empty());
   EXPECT_EQ(fresh["plan_versions"][0]["figures"], "profile");
@@ -1022,6 +1030,7 @@ TEST(Cli, TrainMeasuresCachesAndReusesItsProfile) {
 
   // Bad input.
   expect_failure("train --model resnet-mini --batch 4 --iters 2 --budget 70% --profile " + copy, 2, "graph");
+  expect_failure(common + " --tier ssd --profile " + copy, 2, "swap tier");
   std::ofstream(copy) << "{\"format_version\": 1";
   expect_failure(common + " --profile " + copy, 2, "not valid JSON");
   expect_failure(common + " --profile /nonexistent/figures.json", 2, "no such file");

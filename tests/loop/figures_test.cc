@@ -143,7 +143,7 @@ MeasuredFigures some_figures(size_t ops) {
 TEST(ProfileCache, RoundTripsAndRefusesAnotherModelShapeMachineOrVersion) {
   TempDir dir;
   const Graph g = mini(4);
-  const ProfileKey key = make_profile_key(g, 2, "auto");
+  const ProfileKey key = make_profile_key(g, 2, "auto", "host");
   const std::string path = profile_cache_path(dir.path.string(), key);
   Result<std::optional<MeasuredFigures>> none = read_figures(path, key, g.ops.size());
   ASSERT_TRUE(none.ok());
@@ -156,17 +156,20 @@ TEST(ProfileCache, RoundTripsAndRefusesAnotherModelShapeMachineOrVersion) {
   EXPECT_EQ(**back, f);
 
   // Other shapes, models, options and machines are other keys, hence other files...
-  const ProfileKey other_shape = make_profile_key(mini(8), 2, "auto");
+  const ProfileKey other_shape = make_profile_key(mini(8), 2, "auto", "host");
   EXPECT_NE(other_shape.graph_hash, key.graph_hash);
   EXPECT_NE(profile_cache_path(dir.path.string(), other_shape), path);
-  EXPECT_NE(profile_cache_path(dir.path.string(), make_profile_key(g, 1, "auto")), path);
-  EXPECT_NE(profile_cache_path(dir.path.string(), make_profile_key(g, 2, "direct")), path);
+  EXPECT_NE(profile_cache_path(dir.path.string(), make_profile_key(g, 1, "auto", "host")), path);
+  EXPECT_NE(profile_cache_path(dir.path.string(), make_profile_key(g, 2, "direct", "host")), path);
+  const ProfileKey other_tier = make_profile_key(g, 2, "auto", "ssd");
+  EXPECT_NE(profile_cache_path(dir.path.string(), other_tier), path);
   ProfileKey other_machine = key;
   other_machine.machine = "another CPU, 64 logical cores";
   EXPECT_NE(profile_cache_path(dir.path.string(), other_machine), path);
   // ...and a file read for another key (a copied or colliding file) is refused, naming why.
   for (const auto& [k, what] : std::vector<std::pair<ProfileKey, std::string>>{
-           {other_machine, "machine"}, {other_shape, "graph"}, {make_profile_key(g, 1, "auto"), "threads"}}) {
+           {other_machine, "machine"}, {other_shape, "graph"}, {make_profile_key(g, 1, "auto", "host"), "threads"},
+           {other_tier, "swap tier"}}) {
     Result<std::optional<MeasuredFigures>> r = read_figures(path, k, g.ops.size());
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
