@@ -120,7 +120,8 @@ class Backend {
   virtual Result<std::unique_ptr<CompiledGraph>> compile(const Graph& graph) = 0;
 
   // Allocates one region of device memory (an arena the executor carves up), aligned to at least
-  // kDeviceAlignment. Bytes past the region's end (rounded up to kDeviceAlignment) are not
+  // kDeviceAlignment, and to kDirectIoAlignment (a page) when `bytes` is a multiple of it. Bytes
+  // past the region's end (rounded up to kDeviceAlignment) are not
   // accessible: a kernel that writes there faults with a message naming the op running (the CPU
   // backend maps guard pages; common/fault_guard.h). OutOfMemory names the size.
   virtual Result<DevicePtr> allocate(uint64_t bytes) = 0;
@@ -136,6 +137,10 @@ class Backend {
   virtual Status fill(DevicePtr dst, uint64_t bytes, uint8_t value) = 0;
   // Waits for all copies and kernels issued so far.
   virtual Status synchronize() = 0;
+  // Where device memory is also host memory (the CPU backend), the host address of `p`, for I/O
+  // that the kernel does in place (the SSD tier's direct I/O, runtime/ssd_tier.h); null where it is
+  // not (a GPU without GPUDirect Storage), and then every such transfer goes through host staging.
+  virtual std::byte* direct_io_address(DevicePtr /*p*/) { return nullptr; }
 
   static constexpr uint64_t kDeviceAlignment = 64;
 };

@@ -68,6 +68,8 @@ struct TrainCliOptions {
   std::string host_budget;
   std::string device = "cpu-local";
   std::string ssd_dir = "/tmp";
+  // --ssd-staged: every SSD copy through host staging buffers, planned so (no in-place transfers).
+  bool ssd_staged = false;
   // How the swap tier codes swapped bytes (lossless codecs, or auto). auto is the default: on the
   // SSD tier measured never slower than none beyond noise (bench/results/codec-ssd-2026-11-25.md);
   // on the host tier it keeps copies raw (host_codec()).
@@ -211,6 +213,7 @@ Status check_train_options(const TrainCliOptions& o) {
   FERRY_RETURN_IF_ERROR(check_option_used(cmd, "--tier", planned, "without --policy (policy none swaps nothing)"));
   FERRY_RETURN_IF_ERROR(check_option_used(cmd, "--checksum", planned, "without --policy (nothing is swapped)"));
   FERRY_RETURN_IF_ERROR(check_option_used(cmd, "--ssd-dir", planned && o.tier == "ssd", "without --tier ssd"));
+  FERRY_RETURN_IF_ERROR(check_option_used(cmd, "--ssd-staged", planned && o.tier == "ssd", "without --tier ssd"));
   FERRY_RETURN_IF_ERROR(check_option_used(cmd, "--host-budget", planned, "without --policy (nothing is swapped)"));
   for (const char* loop : {"--profile", "--no-cache", "--static-plan", "--drift", "--test-slow-tier"})
     FERRY_RETURN_IF_ERROR(check_option_used(cmd, loop, planned, "without --policy (nothing is planned)"));
@@ -287,6 +290,7 @@ Result<TrainSetup> set_up_training(const TrainCliOptions& o) {
 Status plan_training(const TrainCliOptions& o, TrainSetup& s) {
   FERRY_ASSIGN_OR_RETURN(s.tier, parse_tier(o.tier));
   FERRY_ASSIGN_OR_RETURN(s.hw, load_profile(o.device));
+  if (o.ssd_staged) s.hw.storage.device_direct = false;  // plan the host leg the copies then cross
   if (s.budget && s.budget->percent) {
     Graph sized = s.graph;
     FERRY_ASSIGN_OR_RETURN(std::vector<uint64_t> scratch, apply_backend_sizes(sized, s.backend_options));
@@ -322,7 +326,7 @@ Result<ShapePlanning> plan_shape(const TrainCliOptions& o, const TrainSetup& s, 
     sp.figures_source = "file";
   }
   sp.cache_key = make_profile_key(sp.sized, omp_get_max_threads(), std::string(to_string(s.backend_options.conv_algorithm)),
-                                 o.tier);
+                                 o.ssd_staged ? "ssd-staged" : o.tier);
   if (!o.profile_file.empty()) {
     FERRY_ASSIGN_OR_RETURN(std::optional<MeasuredFigures> f, read_figures(o.profile_file, sp.cache_key, sp.sized.ops.size()));
     if (!f) return Status::InvalidArgument(fmt::format("--profile {}: no such file", o.profile_file));
@@ -418,6 +422,7 @@ Result<LoopOptions> loop_options(const TrainCliOptions& o, const TrainSetup& s, 
   }
   lo.executor.budget_bytes = s.budget_bytes;
   lo.executor.ssd_dir = o.ssd_dir;
+  lo.executor.ssd_in_place = !o.ssd_staged;
   // The host tier is made at what the plan's placement needs, which plan_tiered() keeps within
   // --host-budget; its own accounting then measures the peak.
   lo.executor.checksum = o.checksum;
@@ -676,6 +681,10 @@ nlohmann::json train_report_json(const TrainCliOptions& o, const TrainSetup& s, 
   j["host_updates"] = e.last_host_updates();  // optimizer updates the last iteration ran on the host
   j["ssd_disk_bytes_written"] = buckets.ssd_io_stats().disk_bytes_written;  // over the run, every executor
   j["ssd_disk_bytes_read"] = buckets.ssd_io_stats().disk_bytes_read;
+  // Of these, the bytes moved in place, straight between the arena and the file (no staging copy).
+  j["ssd_in_place_bytes_written"] = buckets.ssd_io_stats().in_place_bytes_written;
+  j["ssd_in_place_bytes_read"] = buckets.ssd_io_stats().in_place_bytes_read;
+  j["ssd_staged"] = o.ssd_staged;
   if (o.tier == "ssd") {
     // The last plan's codecs per class of tensor, and the figures they were chosen by (measured
     // by the SSD tier on each class's first chunk; empty before the first measurement).
@@ -758,10 +767,12 @@ void print_train_summary(const TrainCliOptions& o, const TrainSetup& s, ShapeBuc
                 format_bytes(e.host_tier_stats().bytes_written).c_str(),
                 format_bytes(e.host_tier_stats().bytes_read).c_str());
   if (e.ssd_tier_stats().capacity_bytes > 0)
-    std::printf("  SSD traffic     measured: %s written, %s read over the run (codec %s; the last plan's tier: "
-                "tensors %s out, %s in)\n",
+    std::printf("  SSD traffic     measured: %s written, %s read over the run, %s and %s of it in place (codec "
+                "%s; the last plan's tier: tensors %s out, %s in)\n",
                 format_bytes(buckets.ssd_io_stats().disk_bytes_written).c_str(),
                 format_bytes(buckets.ssd_io_stats().disk_bytes_read).c_str(),
+                format_bytes(buckets.ssd_io_stats().in_place_bytes_written).c_str(),
+                format_bytes(buckets.ssd_io_stats().in_place_bytes_read).c_str(),
                 (o.codec + (o.lossy.empty() ? "" : ", activations lossy " + o.lossy)).c_str(),
                 format_bytes(e.ssd_tier_stats().bytes_written).c_str(), format_bytes(e.ssd_tier_stats().bytes_read).c_str());
   if (const std::string summary = plan_summary(o, sp, loop); !summary.empty())
@@ -898,6 +909,9 @@ void register_train(CLI::App& app, std::function<int()>& action) {
       ->capture_default_str();
   add_host_budget_option(cmd, o->host_budget);
   cmd->add_option("--ssd-dir", o->ssd_dir, "Directory for the SSD tier's temporary files")->capture_default_str();
+  cmd->add_flag("--ssd-staged", o->ssd_staged,
+                "Move every SSD copy through host staging buffers, and plan so, instead of with direct I/O between "
+                "the arena and the file (in place, the default): for comparisons");
   cmd->add_option("--codec", o->codec,
                   "How swapped bytes are coded, losslessly: none, zero-mask, lz4, zstd, zero-mask+lz4 (every copy), "
                   "or auto. With --tier ssd, auto has the tier measure each codec per class of tensor and the plan "

@@ -21,6 +21,16 @@ enum class Tier : uint8_t { kHost, kSsd };
 
 inline constexpr std::string_view to_string(Direction d) { return d == Direction::kSwapOut ? "swap_out" : "swap_in"; }
 inline constexpr std::string_view to_string(Tier t) { return t == Tier::kHost ? "host" : "ssd"; }
+// The SSD tier moves bytes with direct I/O (O_DIRECT; GPUDirect Storage on a GPU), whose buffers,
+// file offsets and lengths are multiples of this. The device blocks of tensors that cross the SSD
+// tier are placed at multiples of it (schedule/placement.h), so that the tier can read and write
+// them in place, without a staging copy (runtime/ssd_tier.h).
+inline constexpr uint64_t kDirectIoAlignment = 4096;
+// Only tensors of at least this many bytes get page-aligned blocks and are modelled as moved in
+// place: below it the padding would cost more device memory than the copy is worth (a tiny model
+// could no longer trade bytes for swaps), and staging a small copy is cheap.
+inline constexpr uint64_t kDirectIoMinBytes = 64 << 10;
+
 inline std::optional<Tier> tier_from_string(std::string_view s) {
   if (s == "host") return Tier::kHost;
   if (s == "ssd") return Tier::kSsd;

@@ -151,6 +151,9 @@ double CostModel::transfer_us(Direction d, Tier tier, uint64_t bytes, CodecId co
   const double host_leg = link(d == Direction::kSwapOut ? Link::kDeviceToHost : Link::kHostToDevice).time_us(bytes);
   if (tier == Tier::kHost) return host_leg;
   const LinkCost ssd = link(d == Direction::kSwapOut ? Link::kSsdWrite : Link::kSsdRead);
+  // In place only raw: a coded copy is encoded from, or decoded into, a staging buffer.
+  if (ssd_direct() && codec == CodecId::kNone && bytes >= kDirectIoMinBytes)
+    return ssd.latency_us + ssd_data_us(d, bytes, codec, tensor_class);
   return host_leg + ssd.latency_us + ssd_data_us(d, bytes, codec, tensor_class);
 }
 
@@ -159,7 +162,8 @@ double CostModel::interference_us(Direction d, Tier tier, uint64_t bytes, CodecI
   // An op beside a copy of t us does t / (1 + f) us of its work meanwhile: it ends t f / (1 + f) later.
   auto added = [](double f, double t) { return t * f / (1 + f); };
   const LinkCost host = link(d == Direction::kSwapOut ? Link::kDeviceToHost : Link::kHostToDevice);
-  double us = added(host.interference, host.time_us(bytes));
+  const bool in_place = tier == Tier::kSsd && ssd_direct() && codec == CodecId::kNone && bytes >= kDirectIoMinBytes;
+  double us = in_place ? 0 : added(host.interference, host.time_us(bytes));
   if (tier == Tier::kSsd)
     us += added(link(d == Direction::kSwapOut ? Link::kSsdWrite : Link::kSsdRead).interference,
                 ssd_data_us(d, bytes, codec, tensor_class));
@@ -194,7 +198,17 @@ CodecId CostModel::best_ssd_codec(uint64_t bytes, std::string_view tensor_class)
   if (candidates.empty() || bytes == 0) return CodecId::kNone;
   const WireRates wire{.swap_out_bytes_per_s = link(Link::kSsdWrite).bytes_per_us * 1e6,
                        .swap_in_bytes_per_s = link(Link::kSsdRead).bytes_per_us * 1e6};
-  return choose_codec(bytes, candidates, wire).codec;
+  const CodecId best = choose_codec(bytes, candidates, wire).codec;
+  if (best == CodecId::kNone || !ssd_direct()) return best;
+  // In place, raw crosses no host leg and a coded copy still does: the codec must beat raw by
+  // more than 5% over the whole round trip, that leg and its compute interference included.
+  auto round_trip = [&](CodecId c) {
+    double us = 0;
+    for (Direction d : {Direction::kSwapOut, Direction::kSwapIn})
+      us += transfer_us(d, Tier::kSsd, bytes, c, tensor_class) + interference_us(d, Tier::kSsd, bytes, c, tensor_class);
+    return us;
+  };
+  return round_trip(best) * 1.05 < round_trip(CodecId::kNone) ? best : CodecId::kNone;
 }
 
 double CostModel::min_codec_ratio() const {

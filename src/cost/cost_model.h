@@ -20,7 +20,10 @@
 // Transfers
 // - A copy over one link costs latency + bytes / effective bandwidth. The device reaches the
 //   SSD through host memory, so device->SSD is device->host then host->SSD, store and forward
-//   (transfer_us sums the legs; the simulator schedules the legs on their own queues).
+//   (transfer_us sums the legs; the simulator schedules the legs on their own queues), except
+//   where the profile's storage is device_direct: then the SSD leg is the whole path of a raw
+//   copy of at least kDirectIoMinBytes (a coded one still crosses host memory, where it is encoded
+//   or decoded, and a smaller one is not page-aligned on the device).
 // - Where copies share the cores and the memory bus with the kernels (the CPU backend), a link's
 //   compute interference f says that ops run (1 + f) times slower while it moves data; the
 //   simulator stretches every op by what overlaps it (docs/cost-model.md, "Compute interference").
@@ -145,6 +148,8 @@ class CostModel {
   // its operands' bytes, each input read and each output written once, at the profile's
   // host.optimizer_bytes_per_s. nullopt when the profile has no host rate.
   std::optional<double> host_update_us(const Graph& g, const Op& op) const;
+  // Whether an SSD swap has no device<->host leg (StorageProfile::device_direct).
+  bool ssd_direct() const { return profile_.storage.device_direct; }
   // Whether a host->device and a device->host copy can run at the same time.
   bool copy_directions_concurrent() const { return profile_.host_link.concurrent_directions; }
 

@@ -416,6 +416,7 @@ Result<HardwareProfile> parse_profile(std::string_view json_text, std::string_vi
       p.storage.read_compute_interference = storage.number("read_compute_interference");
     if (storage.has("write_compute_interference"))
       p.storage.write_compute_interference = storage.number("write_compute_interference");
+    if (storage.has("device_direct")) p.storage.device_direct = storage.boolean("device_direct");
     storage.finish();
 
     if (top.has("host")) {
@@ -477,6 +478,7 @@ std::string to_profile_json(const HardwareProfile& p) {
     doc["storage"]["read_compute_interference"] = p.storage.read_compute_interference;
   if (p.storage.write_compute_interference != 0)
     doc["storage"]["write_compute_interference"] = p.storage.write_compute_interference;
+  if (p.storage.device_direct) doc["storage"]["device_direct"] = true;
   if (p.host_optimizer_bytes_per_s > 0) doc["host"] = Json{{"optimizer_bytes_per_s", p.host_optimizer_bytes_per_s}};
   Json sources = Json::object();
   for (const auto& [k, v] : p.sources) sources[k] = v;

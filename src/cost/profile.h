@@ -97,7 +97,8 @@ struct HostLink {
   bool operator==(const HostLink&) const = default;
 };
 
-// The SSD that spilled tensors go to; reached through host memory (device -> host -> SSD).
+// The SSD that spilled tensors go to; reached through host memory (device -> host -> SSD), or
+// straight from device memory where `device_direct` says so.
 struct StorageProfile {
   std::string name;
   double read_bytes_per_s = 0;   // sequential, large requests, at queue_depth
@@ -109,6 +110,10 @@ struct StorageProfile {
   // time of direct I/O (a virtual disk's is the hypervisor's). JSON: optional, 0.
   double read_compute_interference = 0;
   double write_compute_interference = 0;
+  // The SSD tier reads and writes device memory in place, with no device<->host leg: the CPU
+  // backend, whose device memory is host memory (runtime/ssd_tier.h, Note [In-place transfers]),
+  // or GPUDirect Storage. JSON: optional, false.
+  bool device_direct = false;
   bool operator==(const StorageProfile&) const = default;
 };
 

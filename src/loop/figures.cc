@@ -86,7 +86,10 @@ MeasuredFigures fit_figures(const std::vector<double>& op_us, const std::vector<
     const bool out = r.direction == Direction::kSwapOut;
     const Link leg = out ? Link::kDeviceToHost : Link::kHostToDevice;
     const std::optional<LinkFit>& measured = f.links[static_cast<size_t>(leg)];
-    const double host_us = measured ? link_us(*measured, r.bytes) : base.link(leg).time_us(r.bytes);
+    // In place (a device_direct profile; coded copies are left out above) there is no host leg.
+    const double host_us = base.ssd_direct() && r.bytes >= kDirectIoMinBytes ? 0.0
+                           : measured                                          ? link_us(*measured, r.bytes)
+                                                                               : base.link(leg).time_us(r.bytes);
     ssd[out ? 0 : 1].push_back({r.bytes, std::max(r.end_us - r.start_us - host_us, 1e-3)});
   }
   f.links[static_cast<size_t>(Link::kSsdWrite)] = fit(ssd[0]);

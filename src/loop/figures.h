@@ -11,7 +11,8 @@
 //   the device->host link and swap-ins the host->device link. An SSD-tier transfer crosses the
 //   host leg and then the disk (CostModel::transfer_us), so the disk's link is fitted to the
 //   duration minus the host leg's predicted time (with the host link as measured, else as the
-//   profile has it).
+//   profile has it); on a device_direct profile a raw SSD transfer has no host leg, and its whole
+//   duration is the disk's.
 // - A fit is time = latency + bytes / bandwidth by least squares when the sizes vary, else the
 //   bandwidth of the summed bytes over the summed time with no latency; figures are clamped to
 //   what validate_profile accepts, so a plan made from them is always finite.

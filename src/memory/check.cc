@@ -58,9 +58,13 @@ Status check(const Graph* g, const std::vector<Buffer>& buffers, const MemoryPla
     const uint64_t offset = plan.offsets[i];
     if (b.first_step < 0 || b.first_step > b.last_step)
       return Status::InvalidArgument(fmt::format("{} has an empty or negative lifetime", describe(g, b, offset)));
-    if (offset % plan.alignment != 0)
-      return Status::InvalidArgument(
-          fmt::format("{} is not aligned to {} bytes", describe(g, b, offset), plan.alignment));
+    if (b.offset_alignment != 0 && !std::has_single_bit(b.offset_alignment))
+      return Status::InvalidArgument(fmt::format("{} asks for an offset alignment of {}, not a power of two",
+                                                 describe(g, b, offset), b.offset_alignment));
+    // An empty buffer holds no byte: only the plan's alignment applies to it.
+    const uint64_t alignment = b.bytes > 0 ? std::max(plan.alignment, b.offset_alignment) : plan.alignment;
+    if (offset % alignment != 0)
+      return Status::InvalidArgument(fmt::format("{} is not aligned to {} bytes", describe(g, b, offset), alignment));
     if (offset > plan.arena_bytes || b.bytes > plan.arena_bytes - offset)
       return Status::InvalidArgument(
           fmt::format("{} ends past the arena of {} bytes", describe(g, b, offset), plan.arena_bytes));

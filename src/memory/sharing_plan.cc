@@ -240,25 +240,29 @@ std::vector<size_t> visiting_order(const std::vector<Buffer>& buffers, Placement
   return idx;
 }
 
-// Offset of the smallest gap in `occupied` (sorted by lo) that holds `size` bytes, or the top of
-// the occupied ranges when none does. All bounds are aligned, so gaps need no rounding.
-uint64_t best_fit(const std::vector<ByteRange>& occupied, uint64_t size) {
+// Offset of the smallest gap in `occupied` (sorted by lo) that holds `size` bytes at an offset
+// that is a multiple of `offset_alignment`, or the top of the occupied ranges (rounded up to it)
+// when none does. All bounds are aligned to the plan's alignment, so with the plan's alignment
+// gaps need no rounding; a larger offset_alignment starts its candidate at the gap's first multiple
+// of it, and the gap is still measured whole (the bytes skipped are as lost as the ones left over).
+uint64_t best_fit(const std::vector<ByteRange>& occupied, uint64_t size, uint64_t offset_alignment) {
   uint64_t cursor = 0;  // end of the ranges seen so far
   uint64_t best_offset = 0, best_gap = std::numeric_limits<uint64_t>::max();
   bool found = false;
   for (const ByteRange& r : occupied) {
     if (r.lo > cursor) {
       const uint64_t gap = r.lo - cursor;
-      if (gap >= size && gap < best_gap) {
+      const uint64_t start = align_up(cursor, offset_alignment);
+      if (start < r.lo && r.lo - start >= size && gap < best_gap) {
         best_gap = gap;
-        best_offset = cursor;
+        best_offset = start;
         found = true;
         if (gap == size) break;  // an exact fit cannot be beaten
       }
     }
     cursor = std::max(cursor, r.hi);
   }
-  return found ? best_offset : cursor;
+  return found ? best_offset : align_up(cursor, offset_alignment);
 }
 
 // Appends the union of two sets of sorted, disjoint ranges to `out`, coalescing ranges that
@@ -332,7 +336,7 @@ class Placer {
       runs_.clear();
       tree_.collect(static_cast<size_t>(b.first_step), static_cast<size_t>(b.last_step), occupied_, runs_);
       unite_runs(occupied_, runs_, scratch_);
-      const uint64_t offset = best_fit(occupied_, size);
+      const uint64_t offset = best_fit(occupied_, size, std::max(alignment_, b.offset_alignment));
       plan.offsets[i] = offset;
       plan.arena_bytes = std::max(plan.arena_bytes, offset + size);
       if (plan.arena_bytes > give_up_above) break;

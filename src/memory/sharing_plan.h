@@ -24,6 +24,10 @@ struct Buffer {
   OpId last_step = 0;
   std::vector<TensorId> tensors;  // tensors stored here; empty for op scratch
   OpId scratch_of = kNoOp;        // the op whose scratch this is, or kNoOp
+  // 0: the plan's alignment. Else this buffer's offset is a multiple of it (a power of two): 4 KiB
+  // for the blocks of tensors that the SSD tier moves with direct I/O straight from device memory
+  // (schedule/placement.h). Its size is still rounded to the plan's alignment only.
+  uint64_t offset_alignment = 0;
 };
 
 // The order in which the greedy planner visits buffers. No order is best on every graph, so
@@ -103,7 +107,8 @@ MemoryPlan plan_memory_sharing(const std::vector<Buffer>& buffers, uint64_t alig
 uint64_t aligned_live_lower_bound(const std::vector<Buffer>& buffers, uint64_t alignment);
 
 
-// Verifies an offset plan: every buffer placed, aligned, inside arena_bytes, and no two buffers
+// Verifies an offset plan: every buffer placed, aligned (to its own offset_alignment too), inside
+// arena_bytes, and no two buffers
 // whose lifetimes overlap share any byte. Returns InvalidArgument naming the first conflict.
 Status check_memory_plan(const std::vector<Buffer>& buffers, const MemoryPlan& plan);
 // The same, naming tensors and scratch owners by their names in `g`.

@@ -159,7 +159,17 @@ Status Executor::setup_arena() {
   // Without guards the arena is the budget; with them, the widened placement (the budget then
   // bounds the measured live bytes, which exclude the guards).
   arena_bytes_ = guard_bytes_ > 0 ? std::max<uint64_t>(placement_.arena_bytes, 1) : budget_bytes_;
-  FERRY_ASSIGN_OR_RETURN(arena_, backend_.allocate(std::max<uint64_t>(arena_bytes_, 1)));
+  // With SSD swaps, a region of whole pages, so that its base is page-aligned (Backend::allocate)
+  // and the page-aligned blocks of swapped tensors (schedule/placement.h) are at page-aligned
+  // addresses, which the SSD tier moves in place. It maps no more memory (a region maps whole
+  // pages anyway) and the executor still uses [0, arena_bytes_) only; the backend's guard page then
+  // sits up to a page past the budget's end.
+  const bool ssd_swaps =
+      std::any_of(program_.instructions.begin(), program_.instructions.end(),
+                  [](const Instruction& in) { return in.kind == InstrKind::kSwapOut && in.tier == Tier::kSsd; });
+  const uint64_t region_bytes = std::max<uint64_t>(arena_bytes_, 1);
+  FERRY_ASSIGN_OR_RETURN(arena_,
+                         backend_.allocate(ssd_swaps ? align_up(region_bytes, kDirectIoAlignment) : region_bytes));
   // The untouched pattern, so measured_extent_bytes() can find the highest byte written.
   FERRY_RETURN_IF_ERROR(backend_.fill(arena_, arena_bytes_, MemoryVerifier::kUntouchedByte));
   if (options_.verify_memory)
@@ -210,6 +220,7 @@ Status Executor::make_tiers() {
     so.capacity_bytes = options_.ssd_tier_bytes ? options_.ssd_tier_bytes : ssd_need.bytes;
     so.checksum = options_.checksum;
     so.fault = options_.ssd_fault;
+    so.in_place = options_.ssd_in_place;
     if (!program_.ssd_codecs.empty()) {
       so.tensor_codecs.assign(graph_.tensors.size(), CodecId::kNone);
       for (const TensorCodec& c : program_.ssd_codecs) so.tensor_codecs[static_cast<size_t>(c.tensor)] = c.codec;

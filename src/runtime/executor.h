@@ -89,6 +89,7 @@ struct ExecutorOptions {
   uint64_t ssd_tier_bytes = 0;
   bool checksum = false;          // verify every swapped byte on its way back
   SsdFault ssd_fault = {};        // fault injection, for tests
+  bool ssd_in_place = true;       // SsdTierOptions::in_place: direct I/O straight from the arena
   // The SSD tier codes each tensor's copies as the plan says (Schedule::ssd_codecs). With this,
   // it also measures every lossless codec on each class of tensor (graph.h tensor_classes), the
   // figures a plan chooses codecs from (ssd_codec_figures()).

@@ -365,6 +365,9 @@ HardwareProfile make_local_profile(const Graph& g, const OpProfile& ops, const s
   p.storage.read_latency_us = std::max(rd.latency_us, 1.0);
   p.storage.write_latency_us = std::max(wr.latency_us, 1.0);
   p.storage.queue_depth = std::max(rd.queue_depth, 1);
+  // The SSD tier moves this backend's page-aligned blocks in place (its device memory is host
+  // memory: runtime/ssd_tier.h, Note [In-place transfers]), with requests like the ones above.
+  p.storage.device_direct = true;
   for (const InterferenceSample& s : interference) {
     const double f = s.factor();
     if (s.path == to_string(Link::kDeviceToHost)) p.host_link.device_to_host.compute_interference = f;

@@ -1,5 +1,6 @@
-// SsdTier: swapped tensors in one file on a local disk, moved with direct I/O through aligned
-// staging buffers, several requests in flight per transfer.
+// SsdTier: swapped tensors in one file on a local disk, moved with direct I/O in place (straight
+// between the tensor's memory and the file) or through aligned staging buffers, several requests
+// in flight per transfer.
 //
 // Design
 // - One file per tier (per run), not one per tensor. Slots are offsets in it, handed out by the
@@ -16,9 +17,13 @@
 //   removes what it made.
 // - Direct I/O (O_DIRECT): swapped bytes are read back once, so the page cache would only double
 //   the host memory they take and evict what training needs. O_DIRECT needs 4 KiB-aligned buffers,
-//   offsets and lengths: a transfer goes through staging buffers (the bounded staging pool:
-//   channels x queue_depth x chunk_bytes, allocated and pre-faulted at creation), and the tail of a
-//   tensor whose size is not a multiple of 4 KiB is written zero-padded.
+//   offsets and lengths. Where the tensor's memory is host memory at a 4 KiB-aligned address (the
+//   CPU backend's arena, whose swapped tensors' blocks the placement aligns so; Backend::
+//   direct_io_address), its whole 4 KiB blocks move in place, with no copy by the CPU (Note
+//   [In-place transfers] in ssd_tier.cc). Everything else goes through staging buffers (the
+//   bounded staging pool: channels x queue_depth x chunk_bytes, allocated and pre-faulted at
+//   creation): a misaligned tensor, memory the host cannot address, coded copies, and the tail of
+//   a tensor whose size is not a multiple of 4 KiB, which is written zero-padded.
 // - Pipelining: a transfer is cut into chunks of chunk_bytes, and up to queue_depth of them are in
 //   flight: a write copies chunk k+1 from the device while chunk k goes to disk; a read keeps
 //   queue_depth reads outstanding and copies each finished chunk to the device in order. A
@@ -103,6 +108,9 @@ struct SsdTierOptions {
   int queue_depth = 4;             // requests in flight per transfer, 1..64
   int channels = 2;                // transfers running at once, 1..16
   SsdIo io = SsdIo::kAuto;
+  // Move the whole 4 KiB blocks of raw copies in place when the tensor's memory allows (see the
+  // top of this file); false stages every byte (for comparisons: `ferry profile` measures both).
+  bool in_place = true;
   bool keep_files_visible = false;  // see the top of this file
   // Allocate the whole capacity on disk at creation (fallocate), so that a disk too small fails
   // there rather than mid-run. Otherwise create() only checks the free space (statvfs).
@@ -130,12 +138,17 @@ struct SsdTierOptions {
 
 // Bytes that really crossed the disk, counted from completed requests: the gain of a codec,
 // measured. Raw, each chunk is its bytes rounded up to 4 KiB.
+// Of these, the bytes moved in place (no staging copy).
 struct SsdIoStats {
   uint64_t disk_bytes_written = 0;
   uint64_t disk_bytes_read = 0;
+  uint64_t in_place_bytes_written = 0;
+  uint64_t in_place_bytes_read = 0;
   SsdIoStats& operator+=(const SsdIoStats& o) {
     disk_bytes_written += o.disk_bytes_written;
     disk_bytes_read += o.disk_bytes_read;
+    in_place_bytes_written += o.in_place_bytes_written;
+    in_place_bytes_read += o.in_place_bytes_read;
     return *this;
   }
 };
@@ -224,6 +237,7 @@ class SsdTier final : public SwapTier {
   std::condition_variable channel_cv_;
   std::atomic<uint64_t> requested_bytes_[2] = {0, 0};  // by SsdFault::Op: for fault injection
   std::atomic<uint64_t> disk_bytes_[2] = {0, 0};       // by SsdFault::Op: moved by completed requests
+  std::atomic<uint64_t> in_place_bytes_[2] = {0, 0};   // of these, moved in place
   uint64_t buffer_stride_ = 0;                         // chunk_bytes, plus kBlock with a codec
   // Coded slots: the chunk headers of each tensor's stored copy (Note [Coded slots]).
   struct CodedSlot {

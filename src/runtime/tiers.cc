@@ -33,6 +33,14 @@ Status SwapEndpoint::copy_out(uint64_t offset, std::span<std::byte> dst) const {
   return Status::Ok();
 }
 
+const std::byte* SwapEndpoint::direct_io_source() const {
+  return backend_ != nullptr ? backend_->direct_io_address(device_) : host_;
+}
+
+std::byte* SwapEndpoint::direct_io_destination() const {
+  return backend_ != nullptr ? backend_->direct_io_address(device_) : host_mutable_;
+}
+
 Status SwapEndpoint::copy_in(uint64_t offset, std::span<const std::byte> src) const {
   FERRY_CHECK(offset <= bytes_ && src.size() <= bytes_ - offset, "copy_in of [{}, +{}) into an endpoint of {} bytes",
               offset, src.size(), bytes_);

@@ -12,9 +12,10 @@
 //   refuses a second slot for a tensor that has one.
 // - Device memory is opaque (backend/device_ptr.h), so a tier moves device bytes only through
 //   Backend::copy_to_host / copy_to_device, into memory the tier owns: the host tier copies
-//   straight into its region (one copy), the SSD tier into aligned staging buffers that it writes
-//   with direct I/O. A SwapEndpoint names the other side of a copy: device memory behind a backend,
-//   or host memory (tests, checkpoints).
+//   straight into its region (one copy), the SSD tier with direct I/O in place where the backend
+//   exposes the memory (Backend::direct_io_address) and through aligned staging buffers elsewhere.
+//   A SwapEndpoint names the other side of a copy: device memory behind a backend, or host memory
+//   (tests, checkpoints).
 // - Checksum mode: store() hashes the bytes as the tier holds them (after the device-to-host copy,
 //   before they reach the medium), load() hashes them as they come back from the medium, and a
 //   difference is kInternal naming the tensor. It guards the medium and the tier's own offsets,
@@ -111,6 +112,11 @@ class SwapEndpoint {
 
   uint64_t bytes() const { return bytes_; }
   bool is_device() const { return backend_ != nullptr; }
+  // The endpoint's bytes in host memory, for I/O the kernel does in place (direct I/O): host
+  // spans, and device memory whose backend has a direct_io_address; null otherwise. The writable
+  // form is null for a host_source.
+  const std::byte* direct_io_source() const;
+  std::byte* direct_io_destination() const;
   // Copies this endpoint's bytes [offset, offset + dst.size()) into `dst` (tier-owned memory).
   Status copy_out(uint64_t offset, std::span<std::byte> dst) const;
   // Copies `src` (tier-owned memory) into this endpoint's bytes [offset, offset + src.size()).

@@ -1,5 +1,6 @@
 #include "schedule/placement.h"
 
+#include <algorithm>
 #include <utility>
 
 #include <fmt/format.h>
@@ -19,13 +20,24 @@ Result<ProgramPlacement> place_program(const Graph& g, const Program& p, uint64_
   std::vector<size_t> empty_persistent;              // instructions allocating 0-byte persistent tensors
   int32_t scratch_block = -1;
   const std::vector<bool> resident = p.device_resident(g);
+  // Swapped tensors: their blocks are page-aligned, whatever the tier (see the header).
+  std::vector<bool> direct_io(g.tensors.size(), false);
+  for (const Instruction& in : p.instructions)
+    if ((in.kind == InstrKind::kSwapOut || in.kind == InstrKind::kSwapIn) && in.tensor != kNoTensor)
+      direct_io[static_cast<size_t>(in.tensor)] = true;
+  auto add_tensor = [&](Buffer& b, TensorId t) {
+    b.tensors.push_back(t);
+    if (direct_io[static_cast<size_t>(t)] && b.bytes > 0 && g.tensor(t).bytes >= kDirectIoMinBytes) {
+      b.offset_alignment = std::max(alignment, kDirectIoAlignment);
+    }
+  };
   auto open_block = [&](size_t k, const Instruction& in, TensorId t, OpId scratch_of) {
     Buffer b;
     b.id = static_cast<int32_t>(out.blocks.size());
     b.bytes = in.bytes;
     b.first_step = in.step;
     b.last_step = last_step;
-    if (t != kNoTensor) b.tensors.push_back(t);
+    if (t != kNoTensor) add_tensor(b, t);
     b.scratch_of = scratch_of;
     out.blocks.push_back(std::move(b));
     opened_by.push_back(k);
@@ -49,7 +61,7 @@ Result<ProgramPlacement> place_program(const Graph& g, const Program& p, uint64_
           if (b < 0) return Status::Internal(fmt::format("instruction {}: in-place input has no block", k));
           open[in.inherit] = -1;
           open[in.tensor] = b;
-          out.blocks[b].tensors.push_back(in.tensor);
+          add_tensor(out.blocks[b], in.tensor);
           break;
         }
         open[in.tensor] = open_block(k, in, in.tensor, kNoOp);
@@ -74,6 +86,8 @@ Result<ProgramPlacement> place_program(const Graph& g, const Program& p, uint64_
       default: break;
     }
   }
+  if (pages_align_swapped_blocks(p))
+    out.persistent_region_bytes = align_up(out.persistent_region_bytes, kDirectIoAlignment);
   const uint64_t transient_good_enough =
       good_enough_bytes > out.persistent_region_bytes ? good_enough_bytes - out.persistent_region_bytes : 0;
   out.plan = plan_memory_sharing(out.blocks, alignment, transient_good_enough, refine, &p.placement_hint);
@@ -85,6 +99,13 @@ Result<ProgramPlacement> place_program(const Graph& g, const Program& p, uint64_
         out.blocks[b].bytes == 0 ? out.arena_bytes : out.persistent_region_bytes + out.plan.offsets[b];
   for (size_t k : empty_persistent) out.offset[k] = out.arena_bytes;
   return out;
+}
+
+bool pages_align_swapped_blocks(const Program& p) {
+  return std::any_of(p.instructions.begin(), p.instructions.end(), [](const Instruction& in) {
+    return (in.kind == InstrKind::kSwapOut || in.kind == InstrKind::kSwapIn) && in.tensor != kNoTensor &&
+           in.bytes >= kDirectIoMinBytes;
+  });
 }
 
 ProgramLivePeak program_live_peak(const Graph& g, const Program& p, uint64_t alignment) {

@@ -13,6 +13,14 @@
 // - The other blocks are placed by the analysis' memory-sharing planner (memory/sharing_plan.h)
 //   after the persistent region. For the keep plan (policy none) these blocks are exactly the
 //   analysis' buffers, so the placement equals the analysis' static plan byte for byte.
+// - Blocks that hold a tensor of at least kDirectIoMinBytes (64 KiB) that the program swaps out or
+//   in start at multiples of kDirectIoAlignment (4 KiB; their sizes keep the device alignment), and
+//   so does the first transient byte when there is such a block: the arena's base is
+//   page-aligned (the executor asks for whole pages), so these tensors' addresses are too, and the
+//   SSD tier moves them with direct I/O in place (runtime/ssd_tier.h). Host-tier copies
+//   get the same alignment, although a memcpy needs none: a copy's tier can then change (the
+//   host-budget cascade, plan/tier_cascade.h) without moving anything on the device. The executor,
+//   the simulator and the planners place the same program, so all see the padding this costs.
 // - A zero-byte block (an empty tensor) holds nothing: it is placed at arena_bytes, the end of
 //   the arena, where no block holding bytes starts, and changes no offset and no size, so a
 //   program with empty tensors places exactly like one without them.
@@ -56,5 +64,9 @@ struct ProgramLivePeak {
   size_t instruction = 0;
 };
 ProgramLivePeak program_live_peak(const Graph& g, const Program& p, uint64_t alignment);
+
+// Whether place_program may page-align blocks of `p` (it swaps a tensor of at least
+// kDirectIoMinBytes), and so rounds its persistent region up to kDirectIoAlignment.
+bool pages_align_swapped_blocks(const Program& p);
 
 }  // namespace ferry

@@ -344,28 +344,48 @@ class Simulation {
     return (direction == 0 ? ssd_write_ : ssd_read_).link.data_us(in.bytes);
   }
 
+  // Whether `in`'s SSD copy moves in place, with no device<->host leg (raw, on a device_direct
+  // profile: CostModel::transfer_us).
+  bool in_place(const Instruction& in) const {
+    return in.tier == Tier::kSsd && cost_.ssd_direct() && in.bytes >= kDirectIoMinBytes &&
+           !coded_us_.contains(in.tensor);
+  }
+
   void swap_out(const Instruction& in) {
     TensorSim& s = ts(in.tensor);
     const std::string& name = g_.tensor(in.tensor).name;
-    const double start = std::max({now_, s.ready_us, *d2h_});
-    const double end = start + cost_.link(Link::kDeviceToHost).time_us(in.bytes);
-    *d2h_ = end;
-    interferer(Link::kDeviceToHost).add(start, end);
-    s.swap_out_until_us = std::max(s.swap_out_until_us, end);
-    r_.bytes_d2h += in.bytes;
     ++r_.num_swap_outs;
     const size_t tier = tier_index(in.tier);
-    event(SimStream::kDeviceToHost, EventKind::kSwapOut, fmt::format("{} -> {}", name, to_string(in.tier)), in.step,
-          kNoOp, in.tensor, in.bytes, start, end);
-    double copy_ready = end;
-    if (in.tier == Tier::kSsd) {
+    double copy_ready = 0;
+    if (in_place(in)) {
+      // Straight to the disk: the SSD queue from when the tensor is ready.
       const double w_data = ssd_data_us(in, 0);
-      auto [w_start, w_end] = ssd_write_.submit(end, w_data);
+      auto [w_start, w_end] = ssd_write_.submit(std::max(now_, s.ready_us), w_data);
       interferer(Link::kSsdWrite).add(w_end - w_data, w_end);
+      s.swap_out_until_us = std::max(s.swap_out_until_us, w_end);
       r_.bytes_ssd_write += in.bytes;
-      event(SimStream::kSsdWrite, EventKind::kSsdWrite, fmt::format("{} -> ssd", name), in.step, kNoOp, in.tensor,
-            in.bytes, w_start, w_end);
+      event(SimStream::kSsdWrite, EventKind::kSsdWrite, fmt::format("{} -> ssd (in place)", name), in.step, kNoOp,
+            in.tensor, in.bytes, w_start, w_end);
       copy_ready = w_end;
+    } else {
+      const double start = std::max({now_, s.ready_us, *d2h_});
+      const double end = start + cost_.link(Link::kDeviceToHost).time_us(in.bytes);
+      *d2h_ = end;
+      interferer(Link::kDeviceToHost).add(start, end);
+      s.swap_out_until_us = std::max(s.swap_out_until_us, end);
+      r_.bytes_d2h += in.bytes;
+      event(SimStream::kDeviceToHost, EventKind::kSwapOut, fmt::format("{} -> {}", name, to_string(in.tier)), in.step,
+            kNoOp, in.tensor, in.bytes, start, end);
+      copy_ready = end;
+      if (in.tier == Tier::kSsd) {
+        const double w_data = ssd_data_us(in, 0);
+        auto [w_start, w_end] = ssd_write_.submit(end, w_data);
+        interferer(Link::kSsdWrite).add(w_end - w_data, w_end);
+        r_.bytes_ssd_write += in.bytes;
+        event(SimStream::kSsdWrite, EventKind::kSsdWrite, fmt::format("{} -> ssd", name), in.step, kNoOp, in.tensor,
+              in.bytes, w_start, w_end);
+        copy_ready = w_end;
+      }
     }
     s.copy_ready_us[tier] = copy_ready;
     s.has_copy[tier] = true;
@@ -386,13 +406,17 @@ class Simulation {
             in.bytes, r_start, r_end);
       ready = r_end;
     }
+    ++r_.num_swap_ins;
+    if (in_place(in)) {  // the read itself landed it on the device
+      s.ready_us = ready;
+      return;
+    }
     const double start = std::max(ready, *h2d_);
     const double end = start + cost_.link(Link::kHostToDevice).time_us(in.bytes);
     *h2d_ = end;
     interferer(Link::kHostToDevice).add(start, end);
     s.ready_us = end;
     r_.bytes_h2d += in.bytes;
-    ++r_.num_swap_ins;
     event(SimStream::kHostToDevice, EventKind::kSwapIn, fmt::format("{} -> device", name), in.step, kNoOp, in.tensor,
           in.bytes, start, end);
   }

@@ -56,6 +56,34 @@ TEST(SharingPlan, OffsetsAndSizesAreRoundedToTheAlignment) {
   EXPECT_EQ(aligned_live_lower_bound(bufs, 1), 200u);
 }
 
+TEST(SharingPlan, ABufferWithItsOwnOffsetAlignmentTakesOnlyAGapItsAlignedStartFits) {
+  // Size-descending, alignment 64: A 5000 [0,2] -> 0; B 3000 [0,0] -> 5056 (above A);
+  // C 2000 [1,2] (its own alignment 4096) conflicts with A only: the gap above A starts at 5056,
+  // whose first multiple of 4096 above is 8192 -> 8192. D 1000 [1,2] (plain) takes the gap
+  // [5056, 8192) that C skipped -> 5056.
+  std::vector<Buffer> bufs = {buffer(0, 5000, 0, 2), buffer(1, 3000, 0, 0), buffer(2, 2000, 1, 2),
+                              buffer(3, 1000, 1, 2)};
+  bufs[2].offset_alignment = 4096;
+  const MemoryPlan p = place_buffers(bufs, 64, PlacementOrder::kSizeDesc);
+  EXPECT_EQ(p.offsets[0], 0u);
+  EXPECT_EQ(p.offsets[1], 5056u);
+  EXPECT_EQ(p.offsets[2], 8192u);
+  EXPECT_EQ(p.offsets[3], 5056u);
+  EXPECT_EQ(p.arena_bytes, 8192u + 2048u);
+  EXPECT_TRUE(check_memory_plan(bufs, p).ok());
+  // Once A ends below 4096 (4000 -> 4032), C's first aligned start above it is 4096.
+  bufs[0].bytes = 4000;
+  const MemoryPlan q = place_buffers(bufs, 64, PlacementOrder::kSizeDesc);
+  EXPECT_EQ(q.offsets[2], 4096u);
+  EXPECT_TRUE(check_memory_plan(bufs, q).ok());
+  // The checker refuses an offset that keeps the plan's alignment but not the buffer's own.
+  MemoryPlan bad = p;
+  bad.offsets[2] = 5056 + 1024;  // 6080, just above D: a multiple of 64, not of 4096
+  Status st = check_memory_plan(bufs, bad);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("not aligned to 4096 bytes"), std::string::npos) << st.message();
+}
+
 TEST(SharingPlan, NestedLifetimesStackWithoutWaste) {
   // First-in-last-out: buffer i lives [i, 19 - i], so all ten are live at steps 9 and 10 and
   // no plan beats the sum of their sizes.

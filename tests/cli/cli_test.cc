@@ -311,6 +311,10 @@ TEST(Cli, TrainCodecOnTheSsdTier) {
     EXPECT_GT(j["ssd_disk_bytes_read"].get<uint64_t>(), 0u) << codec;
     if (std::string(codec) == "none") {
       raw_written = written;
+      // Raw copies move in place (the placement page-aligns swapped blocks).
+      EXPECT_EQ(j["ssd_staged"], false);
+      EXPECT_GT(j["ssd_in_place_bytes_written"].get<uint64_t>(), written / 2);
+      EXPECT_GT(j["ssd_in_place_bytes_read"].get<uint64_t>(), 0u);
     } else {
       EXPECT_LE(written, raw_written) << codec;
     }
@@ -344,6 +348,17 @@ TEST(Cli, TrainCodecOnTheSsdTier) {
   EXPECT_EQ(d["codec"], "auto");
   EXPECT_TRUE(d.contains("codec_choices"));
   EXPECT_EQ(losses_of(d), losses_of(r));
+  // --ssd-staged: every byte through staging buffers, the same numbers.
+  Output staged = ferry(planned + " --codec none --ssd-staged");
+  ASSERT_EQ(staged.code, 0) << staged.out;
+  const auto st = nlohmann::json::parse(staged.out);
+  EXPECT_EQ(st["ssd_staged"], true);
+  EXPECT_EQ(st["ssd_in_place_bytes_written"], 0);
+  EXPECT_EQ(st["ssd_in_place_bytes_read"], 0);
+  EXPECT_GT(st["ssd_disk_bytes_written"].get<uint64_t>(), 0u);
+  EXPECT_EQ(losses_of(st), losses_of(r));
+  expect_failure(model + " --policy vdnn-all --budget 70% --ssd-staged", 2,
+                 "--ssd-staged has no effect without --tier ssd");
   expect_failure(planned + " --codec gzip", 2, "unknown or lossy codec 'gzip' (use auto or a lossless codec: none, zero-mask, lz4");
   expect_failure(planned + " --codec bf16", 2, "lossy codec 'bf16'");
   expect_failure(model + " --policy vdnn-all --budget 70% --tier none --codec lz4", 2,

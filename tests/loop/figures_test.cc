@@ -18,6 +18,12 @@ namespace ferry {
 namespace {
 
 HardwareProfile cpu_profile() { return load_profile("cpu-local").value(); }
+// cpu-local as it was before in-place SSD transfers: every SSD copy crosses the host leg.
+HardwareProfile staged_profile() {
+  HardwareProfile p = cpu_profile();
+  p.storage.device_direct = false;
+  return p;
+}
 
 TransferRecord record(Direction d, const char* tier, uint64_t bytes, double us) {
   TransferRecord r;
@@ -50,7 +56,7 @@ TEST(Figures, FitsLatencyAndBandwidthPerLink) {
 }
 
 TEST(Figures, SsdTransfersAreFittedAfterTheirHostLeg) {
-  const CostModel base(cpu_profile());
+  const CostModel base(staged_profile());
   std::vector<TransferRecord> rs;
   // Host leg: 1 GB/s both ways, no latency; the SSD transfers take the host leg + 0.25 GB/s.
   for (uint64_t b : {1u << 20, 1u << 22}) {
@@ -61,9 +67,9 @@ TEST(Figures, SsdTransfersAreFittedAfterTheirHostLeg) {
   ASSERT_TRUE(f.links[static_cast<size_t>(Link::kSsdWrite)]);
   EXPECT_NEAR(f.links[static_cast<size_t>(Link::kSsdWrite)]->bytes_per_s, 2.5e8, 1e6);
   // Applied, the cost model predicts those transfers.
-  const CostModel measured(apply_links(f, cpu_profile()));
+  const CostModel measured(apply_links(f, staged_profile()));
   EXPECT_NEAR(measured.transfer_us(Direction::kSwapOut, Tier::kSsd, 1 << 22), 4194.304 + 16777.216, 1);
-  EXPECT_TRUE(validate_profile(apply_links(f, cpu_profile())).ok());
+  EXPECT_TRUE(validate_profile(apply_links(f, staged_profile())).ok());
   // A coded tensor's SSD transfer (its time is the codec's pipeline) fits no link; the codec
   // figures pass through, their infinite rates capped.
   TransferRecord coded = record(Direction::kSwapOut, "ssd", 1 << 22, 1e6);
@@ -78,6 +84,25 @@ TEST(Figures, SsdTransfersAreFittedAfterTheirHostLeg) {
   EXPECT_EQ(cost_options(g).codecs, g.codecs);
   EXPECT_NE(fit_figures({}, rs, base).links[static_cast<size_t>(Link::kSsdWrite)], f.links[static_cast<size_t>(Link::kSsdWrite)])
       << "counted as raw, the coded transfer would have changed the fit";
+}
+
+// On a device_direct profile (cpu-local: the SSD tier moves raw copies in place) an SSD transfer
+// crosses no host leg: its whole duration is the disk's.
+TEST(Figures, InPlaceSsdTransfersAreTheDisksAlone) {
+  ASSERT_TRUE(cpu_profile().storage.device_direct);
+  std::vector<TransferRecord> rs;
+  for (uint64_t b : {1u << 20, 1u << 22}) {
+    rs.push_back(record(Direction::kSwapOut, "host", b, static_cast<double>(b) / 1000));
+    rs.push_back(record(Direction::kSwapOut, "ssd", b, static_cast<double>(b) / 250));
+  }
+  const MeasuredFigures f = fit_figures({}, rs, CostModel(cpu_profile()));
+  ASSERT_TRUE(f.links[static_cast<size_t>(Link::kSsdWrite)]);
+  EXPECT_NEAR(f.links[static_cast<size_t>(Link::kSsdWrite)]->bytes_per_s, 2.5e8, 1e6);
+  const CostModel measured(apply_links(f, cpu_profile()));
+  EXPECT_NEAR(measured.transfer_us(Direction::kSwapOut, Tier::kSsd, 1 << 22), 16777.216, 1);
+  // Read as staged, the same records would leave the disk a third of the time (b/250 - b/1000).
+  const MeasuredFigures staged = fit_figures({}, rs, CostModel(staged_profile()));
+  EXPECT_NEAR(staged.links[static_cast<size_t>(Link::kSsdWrite)]->bytes_per_s, 1e9 / 3, 1e6);
 }
 
 TEST(Figures, MergeKeepsTheFasterOpAndTheNewerLink) {

@@ -31,12 +31,14 @@ using policy_test::Chain;
 using policy_test::round_cost;
 using policy_test::simulated_us;
 
-Chain random_chain(uint64_t seed) {
+// `scale`: 16 makes the tensors 16-256 KiB, some of them large enough to move in place
+// (kDirectIoMinBytes).
+Chain random_chain(uint64_t seed, uint64_t scale = 1) {
   std::mt19937_64 rng(seed);
   const int n = 3 + static_cast<int>(rng() % 4);
   std::vector<uint64_t> bytes;
   std::vector<double> op_us{0};
-  for (int i = 0; i <= n; ++i) bytes.push_back(64 * (16 + rng() % 240));  // 1-16 KiB
+  for (int i = 0; i <= n; ++i) bytes.push_back(scale * 64 * (16 + rng() % 240));  // 1-16 KiB x scale
   for (int i = 1; i <= n; ++i) op_us.push_back(static_cast<double>(2 + rng() % 40));
   return Chain(bytes, op_us);
 }
@@ -46,7 +48,14 @@ struct Case {
   double fraction;
   Tier tier;
   bool codecs = false;  // measured codec figures: every class compresses to 40%, the disk is slow
+  bool direct = false;  // the storage is device_direct: raw SSD copies cross no host leg
 };
+
+CostModel direct_cost() {
+  HardwareProfile p = cost_test::round_profile();
+  p.storage.device_direct = true;
+  return CostModel(p);
+}
 
 // Codec figures for every class of `g`: ratio 0.4, encoding at 1000 B/us, decoding at 2000 B/us
 // (round_profile's disk writes 250 B/us and reads 500 B/us, so coding pays).
@@ -62,8 +71,8 @@ class BoundExactFerry : public ::testing::TestWithParam<Case> {};
 
 TEST_P(BoundExactFerry, BoundBelowExactBelowFerry) {
   const Case c = GetParam();
-  const Chain chain = random_chain(c.seed);
-  const CostModel cost = c.codecs ? codec_cost(chain.g()) : round_cost();
+  const Chain chain = random_chain(c.seed, c.direct ? 16 : 1);
+  const CostModel cost = c.codecs ? codec_cost(chain.g()) : c.direct ? direct_cost() : round_cost();
   PlanContext ctx{.graph = chain.g(), .cost = cost, .tier = c.tier};
   ctx.options.checkmate_time_limit_s = 60;
   const uint64_t full = policy_test::must_plan("none", ctx).device_bytes;
@@ -117,13 +126,15 @@ std::vector<Case> cases() {
     for (double fraction : {0.85, 0.7, 0.55}) {
       out.push_back({seed, fraction, seed % 3 == 0 ? Tier::kSsd : Tier::kHost});
       if (seed % 3 == 0) out.push_back({seed, fraction, Tier::kSsd, true});
+      if (seed % 3 == 0) out.push_back({seed, fraction, Tier::kSsd, false, true});
     }
   return out;
 }
 
 INSTANTIATE_TEST_SUITE_P(Chains, BoundExactFerry, ::testing::ValuesIn(cases()), [](const auto& info) {
-  return fmt::format("seed{}_{}pct_{}{}", info.param.seed, static_cast<int>(info.param.fraction * 100),
-                     to_string(info.param.tier), info.param.codecs ? "_codecs" : "");
+  return fmt::format("seed{}_{}pct_{}{}{}", info.param.seed, static_cast<int>(info.param.fraction * 100),
+                     to_string(info.param.tier), info.param.codecs ? "_codecs" : "",
+                     info.param.direct ? "_direct" : "");
 });
 
 // A chain of (norm, relu) pairs whose norm outputs only the relu reads (a ResNet's pattern): the

@@ -142,6 +142,114 @@ TEST_P(SsdTierIoTest, TransfersOnTwoThreadsShareTheChannels) {
   EXPECT_EQ(set.first_mismatch(), "");
 }
 
+// Note [In-place transfers]: a tensor at a 4 KiB-aligned address moves its whole blocks straight
+// between its memory and the file, the rest of it (and every misaligned tensor) through staging;
+// the file holds the same bytes either way, so a copy written one way reads back the other, and a
+// read never touches the bytes after the tensor's end.
+TEST_P(SsdTierIoTest, AlignedTensorsMoveInPlaceAndTheFileIsTheSameEitherWay) {
+  TempDir dir;
+  auto backend = cpu_backend();
+  struct Case {
+    uint64_t offset;  // in the region (page-aligned base)
+    uint64_t bytes;
+    uint64_t in_place;  // bytes that move in place: every whole 4 KiB block of each 8 KiB chunk
+  };
+  const std::vector<Case> cases = {
+      {0, 5 * 4096, 5 * 4096},           // whole blocks only (three chunks, the last one block)
+      {8 * 4096, 3 * 4096 + 100, 3 * 4096},  // a tail in the last chunk
+      {16 * 4096, 2 * 8192 + 5, 2 * 8192},   // whole chunks, then a chunk that is all tail
+      {24 * 4096, 100, 0},               // a tail only
+      {28 * 4096 + 64, 20000, 0},        // misaligned: all staged
+  };
+  const uint64_t region_bytes = 57 * 4096;
+  const std::vector<std::byte> junk(8 * 4096, std::byte{0xA5});
+  Result<DevicePtr> region = backend->allocate(region_bytes);
+  ASSERT_TRUE(region.ok()) << region.status().message();
+  ASSERT_NE(backend->direct_io_address(*region), nullptr);
+  ASSERT_EQ(reinterpret_cast<uintptr_t>(backend->direct_io_address(*region)) % 4096, 0u);
+  std::vector<std::vector<std::byte>> expected;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    expected.push_back(test::pattern_bytes(i, cases[i].bytes, 11));
+    ASSERT_TRUE(backend->copy_to_device(*region + cases[i].offset, expected[i]).ok());
+  }
+  for (bool in_place : {true, false}) {
+    SCOPED_TRACE(in_place ? "in place" : "staged");
+    SsdTierOptions options = small_options(dir, GetParam());
+    options.in_place = in_place;
+    options.keep_files_visible = true;
+    auto tier = make_tier(options);
+    ASSERT_NE(tier, nullptr);
+    uint64_t expected_in_place = 0;
+    std::vector<SwapSlot> slots;
+    for (size_t i = 0; i < cases.size(); ++i) {
+      slots.push_back(*tier->reserve(static_cast<TensorId>(i), cases[i].bytes));
+      Status st = tier->write(slots[i], *backend, *region + cases[i].offset);
+      ASSERT_TRUE(st.ok()) << st.message();
+      expected_in_place += in_place ? cases[i].in_place : 0;
+      EXPECT_EQ(tier->io_stats().in_place_bytes_written, expected_in_place) << "tensor " << i;
+      // On disk: the bytes, then zeros to the block's end, whichever way they went.
+      const uint64_t padded = align_up(cases[i].bytes, 4096);
+      std::vector<std::byte> on_disk = file_bytes(tier->file_path(), slots[i].offset, padded);
+      EXPECT_TRUE(std::equal(expected[i].begin(), expected[i].end(), on_disk.begin())) << "tensor " << i;
+      EXPECT_TRUE(std::all_of(on_disk.begin() + static_cast<std::ptrdiff_t>(cases[i].bytes), on_disk.end(),
+                              [](std::byte b) { return b == std::byte{0}; }))
+          << "tensor " << i;
+    }
+    // Into two other places, one aligned and one not (a copy written in place read back staged and
+    // the other way round), with a sentinel after the end: the copy arrives whole and nothing
+    // after it changes.
+    for (uint64_t place : {40 * 4096ull, 48 * 4096ull + 64}) {
+      for (size_t i = 0; i < cases.size(); ++i) {
+        ASSERT_TRUE(backend->copy_to_device(*region + place, junk).ok());
+        Status st = tier->read(slots[i], *backend, *region + place);
+        ASSERT_TRUE(st.ok()) << st.message();
+        std::vector<std::byte> got(cases[i].bytes + 64);
+        ASSERT_TRUE(backend->copy_to_host(got, *region + place).ok());
+        EXPECT_TRUE(std::equal(expected[i].begin(), expected[i].end(), got.begin())) << "tensor " << i;
+        EXPECT_TRUE(std::all_of(got.begin() + static_cast<std::ptrdiff_t>(cases[i].bytes), got.end(),
+                                [](std::byte b) { return b == std::byte{0xA5}; }))
+            << "tensor " << i << " at " << place << ": bytes after its end were overwritten";
+      }
+    }
+    // And back into their own places.
+    uint64_t read_in_place = 0;
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const uint64_t before = tier->io_stats().in_place_bytes_read;
+      ASSERT_TRUE(tier->read(slots[i], *backend, *region + cases[i].offset).ok());
+      read_in_place += tier->io_stats().in_place_bytes_read - before;
+      std::vector<std::byte> got(cases[i].bytes);
+      ASSERT_TRUE(backend->copy_to_host(got, *region + cases[i].offset).ok());
+      EXPECT_EQ(got, expected[i]) << "tensor " << i;
+    }
+    EXPECT_EQ(read_in_place, expected_in_place);
+  }
+  backend->free(*region);
+}
+
+// An injected corrupt write in place corrupts what reaches the disk, never the tensor itself.
+TEST(SsdTierTest, ACorruptWriteInPlaceLeavesTheTensorAlone) {
+  TempDir dir;
+  auto backend = cpu_backend();
+  SsdTierOptions options = small_options(dir, SsdIo::kAuto);
+  options.fault = SsdFault{.kind = SsdFault::Kind::kCorrupt, .op = SsdFault::Op::kWrite, .after_bytes = 0};
+  auto tier = make_tier(options);
+  ASSERT_NE(tier, nullptr);
+  Result<DevicePtr> region = backend->allocate(4 * 4096);
+  ASSERT_TRUE(region.ok());
+  const std::vector<std::byte> src = test::pattern_bytes(1, 4 * 4096, 12);
+  ASSERT_TRUE(backend->copy_to_device(*region, src).ok());
+  SwapSlot slot = *tier->reserve(1, src.size());
+  ASSERT_TRUE(tier->write(slot, *backend, *region).ok());
+  EXPECT_EQ(tier->io_stats().in_place_bytes_written, 0u);  // each corrupted block went through staging
+  std::vector<std::byte> now(src.size());
+  ASSERT_TRUE(backend->copy_to_host(now, *region).ok());
+  EXPECT_EQ(now, src);
+  Status st = tier->read(slot, *backend, *region);
+  EXPECT_EQ(st.code(), StatusCode::kInternal) << st.message();
+  EXPECT_NE(st.message().find("checksum mismatch for tensor 1"), std::string::npos) << st.message();
+  backend->free(*region);
+}
+
 INSTANTIATE_TEST_SUITE_P(Io, SsdTierIoTest, ::testing::Values(SsdIo::kUring, SsdIo::kThreads),
                          [](const auto& info) { return info.param == SsdIo::kUring ? "Uring" : "Threads"; });
 

@@ -9,6 +9,8 @@
 #include "analysis/analysis.h"
 #include "graph/zoo/zoo.h"
 #include "schedule/hand_schedule.h"
+#include "schedule/placement.h"
+#include "memory/sharing_plan.h"
 
 namespace ferry {
 namespace {
@@ -27,10 +29,10 @@ using Strings = std::vector<std::string>;
 struct Saved {
   HandGraph h{"saved"};
   TensorId w, x, a, b, loss, da;
-  Saved() {
+  explicit Saved(uint64_t a_bytes = 200) {
     w = h.weight("w", 64);
     x = h.input("x", 100);
-    a = h.tensor("a", 200);
+    a = h.tensor("a", a_bytes);
     b = h.tensor("b", 300);
     loss = h.tensor("loss", 4);
     da = h.tensor("da", 200, TensorRole::kGradient);
@@ -91,6 +93,53 @@ TEST(ProgramTest, SwapOutReleaseSwapInAreLoweredInPlace) {
                             "alloc loss@2", "run loss_op@2", "alloc a@3",     "swap_in a@3:host", "alloc da@3",
                             "run g_bwd@3", "free b@3",      "free a@3",       "run upd@4",       "free da@4"};
   EXPECT_EQ(lower_summary(s.g(), sch), expected);
+}
+
+// The device blocks of a swapped tensor of at least 64 KiB start at multiples of 4 KiB (the SSD
+// tier then moves it in place with direct I/O), every time it is on the device, whichever tier its
+// copy is in (so that the host-budget cascade can change the tier without moving anything on the
+// device), and so does the transient region. A smaller swapped tensor packs at the device
+// alignment: its padding would cost more than its copy.
+TEST(ProgramTest, PlacementPageAlignsTheBlocksOfLargeSwappedTensors) {
+  auto swapped = [](const Saved& s, Tier tier) {
+    Schedule sch = s.empty();
+    sch.after[0] = {swap_out(s.a, tier)};
+    sch.after[1] = {release(s.a)};
+    sch.before[3] = {swap_in(s.a, tier)};
+    return lower_schedule(s.g(), sch, {});
+  };
+  const Saved large(100 << 10);
+  std::vector<uint64_t> arena;
+  std::vector<std::vector<uint64_t>> offsets;
+  for (Tier tier : {Tier::kHost, Tier::kSsd}) {
+    Result<Program> p = swapped(large, tier);
+    ASSERT_TRUE(p.ok()) << p.status().message();
+    EXPECT_TRUE(pages_align_swapped_blocks(*p));
+    Result<ProgramPlacement> placed = place_program(large.g(), *p, 64);
+    ASSERT_TRUE(placed.ok()) << placed.status().message();
+    EXPECT_TRUE(check_memory_plan(large.g(), placed->blocks, placed->plan).ok());
+    int allocs_of_a = 0;
+    for (size_t k = 0; k < p->instructions.size(); ++k) {
+      const Instruction& in = p->instructions[k];
+      if (in.kind != InstrKind::kAlloc || in.tensor != large.a) continue;
+      ++allocs_of_a;
+      EXPECT_EQ(placed->offset[k] % 4096, 0u) << "instruction " << k;
+    }
+    EXPECT_EQ(allocs_of_a, 2);  // produced, then swapped back in
+    EXPECT_EQ(placed->persistent_region_bytes % 4096, 0u);
+    arena.push_back(placed->arena_bytes);
+    offsets.push_back(placed->offset);
+  }
+  EXPECT_EQ(arena[0], arena[1]);
+  EXPECT_EQ(offsets[0], offsets[1]);
+  // Small: no padding. The whole graph is under 1 KiB and packs below 4 KiB, swapped or not.
+  const Saved small;
+  Result<Program> p = swapped(small, Tier::kSsd);
+  ASSERT_TRUE(p.ok());
+  EXPECT_FALSE(pages_align_swapped_blocks(*p));
+  Result<ProgramPlacement> packed = place_program(small.g(), *p, 64);
+  ASSERT_TRUE(packed.ok());
+  EXPECT_LT(packed->arena_bytes, 4096u);
 }
 
 TEST(ProgramTest, RecomputeKeepsItsProducersInputsAliveUntilIt) {

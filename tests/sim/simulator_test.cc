@@ -345,6 +345,48 @@ TEST(SimulatorTest, SsdTierGoesThroughHostAndTheSsdQueues) {
   check_invariants(s.g(), r);
 }
 
+// On a device_direct profile a raw SSD copy is the disk's alone: written straight from the
+// tensor's block (held until the write completes) and read straight into its new block.
+TEST(SimulatorTest, InPlaceSsdCopiesSkipTheHostLegAndHoldTheBlockUntilWritten) {
+  Saved s;
+  HardwareProfile direct = cost_test::round_profile();
+  direct.storage.device_direct = true;
+  const SimResult r = must_simulate(s.g(), s.ssd_round_trip(), CostModel(direct));
+  // Out: the SSD write from 100, latency 50 + 400 -> [100, 550]. In at 1300: read [1300, 1600];
+  // k waits 300.
+  const std::vector<SimEvent> w = events_of(r, SimStream::kSsdWrite, EventKind::kSsdWrite);
+  const std::vector<SimEvent> rd = events_of(r, SimStream::kSsdRead, EventKind::kSsdRead);
+  ASSERT_EQ(w.size(), 1u);
+  ASSERT_EQ(rd.size(), 1u);
+  EXPECT_DOUBLE_EQ(w[0].start_us, 100);
+  EXPECT_DOUBLE_EQ(w[0].end_us, 550);
+  EXPECT_DOUBLE_EQ(rd[0].start_us, 1300);
+  EXPECT_DOUBLE_EQ(rd[0].end_us, 1600);
+  EXPECT_TRUE(events_of(r, SimStream::kDeviceToHost, EventKind::kSwapOut).empty());
+  EXPECT_TRUE(events_of(r, SimStream::kHostToDevice, EventKind::kSwapIn).empty());
+  EXPECT_DOUBLE_EQ(r.stall_us, 300);
+  EXPECT_DOUBLE_EQ(r.iteration_us, 1700);
+  EXPECT_EQ(r.bytes_d2h + r.bytes_h2d, 0u);
+  EXPECT_EQ(r.bytes_ssd_write, kBig);
+  EXPECT_EQ(r.bytes_ssd_read, kBig);
+  EXPECT_EQ(r.num_swap_outs, 1u);
+  EXPECT_EQ(r.num_swap_ins, 1u);
+  check_invariants(s.g(), r);
+  // With a disk writing 100 B/us the write in place runs [100, 1150]: the release after step 1
+  // (1100) waits 50 us for it, where through host memory it waits only for the host copy [100, 210].
+  direct.storage.write_bytes_per_s = 1e8;
+  HardwareProfile slow = cost_test::round_profile();
+  slow.storage.write_bytes_per_s = 1e8;
+  const SimResult in_place = must_simulate(s.g(), s.ssd_round_trip(), CostModel(direct));
+  const SimResult staged = must_simulate(s.g(), s.ssd_round_trip(), CostModel(slow));
+  // In place: k's read [1350, 1650]; staged: write [210, 1260], read [1300, 1600], h2d [1600, 1710].
+  EXPECT_DOUBLE_EQ(in_place.stall_us, 50 + 300);
+  EXPECT_DOUBLE_EQ(in_place.iteration_us, 1750);
+  EXPECT_DOUBLE_EQ(staged.stall_us, 410);
+  EXPECT_DOUBLE_EQ(staged.iteration_us, 1810);
+  check_invariants(s.g(), in_place);
+}
+
 // A tensor the schedule codes (Schedule::ssd_codecs) holds the SSD queues for the codec
 // pipeline's time (CostModel::ssd_data_us), not bytes / bandwidth; the device<->host legs and the
 // byte counts are the raw tensor's.

@@ -280,6 +280,8 @@ class CpuBackend final : public Backend {
     std::memcpy(host_address(dst), src.data(), src.size());
     return Status::Ok();
   }
+  std::byte* direct_io_address(DevicePtr p) override { return host_address(p); }
+
   Status copy_to_host(std::span<std::byte> dst, DevicePtr src) override {
     if (dst.empty()) return Status::Ok();
     std::memcpy(dst.data(), host_address(src), dst.size());

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <numeric>
 
 #include "plan/ferry/host_updates.h"
@@ -220,6 +221,16 @@ Result<LowerBound> plan_lower_bound(const PlanContext& ctx, const PlanFacts& fac
       for (CodecId c : kLosslessCodecs) data = std::min(data, ctx.cost.ssd_data_us(d, bytes, c, classes[static_cast<size_t>(t)]));
     return l.latency_us + data;
   };
+  // A device_direct profile's raw SSD copies cross no device<->host leg (a coded one still does, so
+  // the bound charges the host lanes nothing and times a copy by its SSD leg alone: no plan's
+  // copy is cheaper). Elsewhere a copy's host leg, which every path to either tier crosses.
+  const bool direct = ssd && ctx.cost.ssd_direct();
+  auto host_leg = [&](Link l, uint64_t bytes) { return direct && bytes >= kDirectIoMinBytes ? 0.0 : leg(l, bytes); };
+  auto copy_time = [&](Direction d, TensorId t) {
+    const uint64_t bytes = g.tensor(t).bytes;
+    const double host = leg(d == Direction::kSwapOut ? Link::kDeviceToHost : Link::kHostToDevice, bytes);
+    return direct && bytes >= kDirectIoMinBytes ? std::min(ssd_leg(d, t), host) : host;
+  };
 
   const std::vector<size_t> steps = binding_steps(live, ctx.budget_bytes, o.max_constrained_steps);
   LinearProgram lp;
@@ -287,7 +298,7 @@ Result<LowerBound> plan_lower_bound(const PlanContext& ctx, const PlanFacts& fac
   Terms d2h{{T, -1.0}}, h2d{{T, -1.0}}, ssd_write{{T, -1.0}}, ssd_read{{T, -1.0}}, compute{{T, -1.0}};
   auto add_out = [&](int col, TensorId t) {
     const uint64_t bytes = g.tensor(t).bytes;
-    d2h.emplace_back(col, leg(Link::kDeviceToHost, bytes));
+    d2h.emplace_back(col, host_leg(Link::kDeviceToHost, bytes));
     if (ssd) ssd_write.emplace_back(col, ssd_leg(Direction::kSwapOut, t));
   };
   // o_t: transient t's swap-out happened (one column per tensor, its copy's link time paid once).
@@ -301,7 +312,7 @@ Result<LowerBound> plan_lower_bound(const PlanContext& ctx, const PlanFacts& fac
   };
   auto add_in = [&](int col, TensorId t) {
     const uint64_t bytes = g.tensor(t).bytes;
-    h2d.emplace_back(col, leg(Link::kHostToDevice, bytes));
+    h2d.emplace_back(col, host_leg(Link::kHostToDevice, bytes));
     if (ssd) ssd_read.emplace_back(col, ssd_leg(Direction::kSwapIn, t));
   };
   // The cyclic copies' timing (Note [Cyclic copies' release and deadline] below): per copy, the
@@ -345,10 +356,10 @@ Result<LowerBound> plan_lower_bound(const PlanContext& ctx, const PlanFacts& fac
       const uint64_t bytes = g.tensor(c.tensor).bytes;
       const int z = lp.add_column(0, 1);
       lp.add_row({{x, 1.0}, {host_col[static_cast<size_t>(update)], -1.0}, {z, -1.0}}, -kInfinity, 0);
-      d2h.emplace_back(z, leg(Link::kDeviceToHost, bytes));
-      h2d.emplace_back(z, leg(Link::kHostToDevice, bytes));
-      time_out(c, z, leg(Link::kDeviceToHost, bytes));
-      time_in(c, z, leg(Link::kHostToDevice, bytes), /*on_device=*/true);  // z: its update runs on the device
+      d2h.emplace_back(z, host_leg(Link::kDeviceToHost, bytes));
+      h2d.emplace_back(z, host_leg(Link::kHostToDevice, bytes));
+      time_out(c, z, copy_time(Direction::kSwapOut, c.tensor));
+      time_in(c, z, copy_time(Direction::kSwapIn, c.tensor), /*on_device=*/true);  // z: its update runs on the device
       continue;
     }
     if (update >= 0) {
@@ -361,10 +372,10 @@ Result<LowerBound> plan_lower_bound(const PlanContext& ctx, const PlanFacts& fac
     }
     if (acc.written[static_cast<size_t>(c.tensor)]) {
       add_out(x, c.tensor);
-      time_out(c, x, leg(Link::kDeviceToHost, g.tensor(c.tensor).bytes));
+      time_out(c, x, copy_time(Direction::kSwapOut, c.tensor));
     }
     add_in(x, c.tensor);
-    time_in(c, x, leg(Link::kHostToDevice, g.tensor(c.tensor).bytes), false);
+    time_in(c, x, copy_time(Direction::kSwapIn, c.tensor), false);
   }
   for (size_t ci = 0; ci < gaps.size(); ++ci) {
     const GapSpec& c = gaps[ci];
@@ -418,7 +429,7 @@ Result<LowerBound> plan_lower_bound(const PlanContext& ctx, const PlanFacts& fac
             const int w = lp.add_column(0, 1);
             row.emplace_back(w, -1.0);
             lp.add_row({{w, 1.0}, {copy_col(u), -1.0}}, -kInfinity, 0);
-            h2d.emplace_back(w, leg(Link::kHostToDevice, g.tensor(u).bytes));
+            h2d.emplace_back(w, host_leg(Link::kHostToDevice, g.tensor(u).bytes));
             recomputed.add(w, -bu, c.from + 1, c.to - 1);
             swapped_transient.add(w, bu, c.from + 1, c.to - 1);
           }
@@ -440,7 +451,8 @@ Result<LowerBound> plan_lower_bound(const PlanContext& ctx, const PlanFacts& fac
   const std::vector<int> swp = swapped_persistent.build(lp);
   // The slowest leg's rate bounds how fast bytes can leave and come back (MiB per microsecond).
   auto rate = [&](Link a, Link b) {
-    double r = ctx.cost.link(a).bytes_per_us;
+    // (A raw copy in place crosses the disk alone.)
+    double r = direct ? std::numeric_limits<double>::infinity() : ctx.cost.link(a).bytes_per_us;
     // A codec moves at least min_codec_ratio of a tensor's bytes over the disk.
     if (ssd) r = std::min(r, ctx.cost.link(b).bytes_per_us / ctx.cost.min_codec_ratio());
     return r / kMiB;
