@@ -356,19 +356,11 @@ class Simulation {
     const std::string& name = g_.tensor(in.tensor).name;
     ++r_.num_swap_outs;
     const size_t tier = tier_index(in.tier);
-    double copy_ready = 0;
-    if (in_place(in)) {
-      // Straight to the disk: the SSD queue from when the tensor is ready.
-      const double w_data = ssd_data_us(in, 0);
-      auto [w_start, w_end] = ssd_write_.submit(std::max(now_, s.ready_us), w_data);
-      interferer(Link::kSsdWrite).add(w_end - w_data, w_end);
-      s.swap_out_until_us = std::max(s.swap_out_until_us, w_end);
-      r_.bytes_ssd_write += in.bytes;
-      event(SimStream::kSsdWrite, EventKind::kSsdWrite, fmt::format("{} -> ssd (in place)", name), in.step, kNoOp,
-            in.tensor, in.bytes, w_start, w_end);
-      copy_ready = w_end;
-    } else {
-      const double start = std::max({now_, s.ready_us, *d2h_});
+    const bool direct = in_place(in);
+    // In place the SSD write starts when the tensor is ready; otherwise after the device->host leg.
+    double copy_ready = std::max(now_, s.ready_us);
+    if (!direct) {
+      const double start = std::max(copy_ready, *d2h_);
       const double end = start + cost_.link(Link::kDeviceToHost).time_us(in.bytes);
       *d2h_ = end;
       interferer(Link::kDeviceToHost).add(start, end);
@@ -377,15 +369,16 @@ class Simulation {
       event(SimStream::kDeviceToHost, EventKind::kSwapOut, fmt::format("{} -> {}", name, to_string(in.tier)), in.step,
             kNoOp, in.tensor, in.bytes, start, end);
       copy_ready = end;
-      if (in.tier == Tier::kSsd) {
-        const double w_data = ssd_data_us(in, 0);
-        auto [w_start, w_end] = ssd_write_.submit(end, w_data);
-        interferer(Link::kSsdWrite).add(w_end - w_data, w_end);
-        r_.bytes_ssd_write += in.bytes;
-        event(SimStream::kSsdWrite, EventKind::kSsdWrite, fmt::format("{} -> ssd", name), in.step, kNoOp, in.tensor,
-              in.bytes, w_start, w_end);
-        copy_ready = w_end;
-      }
+    }
+    if (in.tier == Tier::kSsd) {
+      const double w_data = ssd_data_us(in, 0);
+      auto [w_start, w_end] = ssd_write_.submit(copy_ready, w_data);
+      interferer(Link::kSsdWrite).add(w_end - w_data, w_end);
+      if (direct) s.swap_out_until_us = std::max(s.swap_out_until_us, w_end);  // it reads the block itself
+      r_.bytes_ssd_write += in.bytes;
+      event(SimStream::kSsdWrite, EventKind::kSsdWrite, fmt::format("{} -> ssd{}", name, direct ? " (in place)" : ""),
+            in.step, kNoOp, in.tensor, in.bytes, w_start, w_end);
+      copy_ready = w_end;
     }
     s.copy_ready_us[tier] = copy_ready;
     s.has_copy[tier] = true;
