@@ -62,10 +62,14 @@ Result<std::vector<double>> run_contained(std::string_view what, double time_lim
   bool stopped = false;
   for (;;) {
     if (allowed_s > 0) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      // Rounded up: a truncated wait woke up to a millisecond before the deadline and stopped the
+      // child early (Contained.AChildThatHangsIsStoppedAtItsDeadline, which requires the whole
+      // deadline to pass, failed once on a loaded machine).
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - Clock::now()).count();
       pollfd p{.fd = fds[0], .events = POLLIN, .revents = 0};
       const int ready = left > 0 ? ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 1 << 30))) : 0;
       if (ready < 0 && errno == EINTR) continue;
+      if (ready == 0 && Clock::now() < deadline) continue;  // woke early: wait the rest
       if (ready == 0) {  // past the deadline: the child is stuck
         ::kill(pid, SIGKILL);
         stopped = true;

@@ -126,10 +126,12 @@ struct PolicyInfo {
 const std::vector<PolicyInfo>& list_policies();
 
 // Plans `policy` for ctx. Errors: InvalidArgument for an unknown policy (the message lists them),
-// bad options or an invalid graph; OutOfMemory when the plan does not fit ctx.budget_bytes, with
-// the device bytes it needs and (ctx.name_smallest_budget) the smallest budget at which this
-// policy fits; Unsupported for
-// checkmate when Ferry was built without CBC or the graph exceeds its limits.
+// bad options or an invalid graph; OutOfMemory when no plan fits ctx.budget_bytes, with the device
+// bytes the best one needs and (ctx.name_smallest_budget) the smallest budget at which this policy
+// fits; Unsupported for checkmate when Ferry was built without CBC or the graph exceeds its limits.
+// A budget-aware policy whose own search misses at a budget at or above find_min_budget's answer
+// (its feasibility need not be monotone) answers with its plan for a smaller budget that fits,
+// noted in PlanReport::notes; that costs a find_min_budget search.
 Result<PlanReport> plan_policy(std::string_view policy, const PlanContext& ctx);
 
 // plan_policy(...).schedule.

@@ -12,6 +12,8 @@
 //   steps of 1% of the keep plan finds the lowest that fits on that grid; then, while the plan at
 //   that budget needs less and the planner fits at its need, the need is the answer. checkmate has its own
 //   search (bisection only, see policy_checkmate.cc).
+// - Every budget at or above that answer fits: where a budget-aware planner's own search misses
+//   at the budget asked for, plan_policy answers with its plan for a smaller budget that fits.
 
 #include <sched.h>
 
@@ -349,6 +351,29 @@ Result<PlanReport> plan_policy(std::string_view policy, const PlanContext& ctx) 
   FERRY_RETURN_IF_ERROR(check_request(policy, ctx, e));
   FERRY_ASSIGN_OR_RETURN(PlanFacts facts, make_plan_facts(ctx));
   FERRY_ASSIGN_OR_RETURN(PlanAttempt a, attempt_at(*e, ctx, facts, ctx.budget_bytes));
+  std::optional<uint64_t> smallest;  // min_budget(), once it has been searched
+  if (!a.fits && e->info.budget_aware) {
+    // A budget-aware planner's feasibility need not be monotone in the budget (policy_common.h):
+    // its search at this budget can miss although it fits a smaller one. A plan that fits a
+    // smaller budget fits this one, so the answer is the plan made for the largest of a few
+    // budgets between the smallest that fits and this one (a larger budget leaves the planner
+    // more room for speed) rather than an OutOfMemory no user could make sense of.
+    FERRY_ASSIGN_OR_RETURN(uint64_t need, min_budget(*e, ctx, facts));
+    smallest = need;
+    if (need <= ctx.budget_bytes) {
+      const uint64_t span = ctx.budget_bytes - need;
+      for (const uint64_t quarter : {3, 2, 1, 0}) {
+        const uint64_t at = need + span / 4 * quarter;
+        FERRY_ASSIGN_OR_RETURN(PlanAttempt b, attempt_at(*e, ctx, facts, at));
+        if (!b.fits || b.measure.device_bytes > ctx.budget_bytes) continue;
+        b.notes = fmt::format("planned for {} ({} bytes): no plan found at the budget itself{}", format_bytes(at), at,
+                              b.notes.empty() ? "" : "; " + b.notes);
+        b.bound = std::move(a.bound);  // a bound at a smaller budget is no bound at this one
+        a = std::move(b);
+        break;
+      }
+    }
+  }
   if (!a.fits && !ctx.name_smallest_budget)
     return Status::OutOfMemory(fmt::format(
         "policy '{}' cannot fit model '{}' in {} ({} bytes): the best plan it found needs {} ({} bytes) of device "
@@ -356,7 +381,11 @@ Result<PlanReport> plan_policy(std::string_view policy, const PlanContext& ctx) 
         e->info.name, ctx.graph.info.model, format_bytes(ctx.budget_bytes), ctx.budget_bytes,
         format_bytes(a.measure.device_bytes), a.measure.device_bytes, a.notes.empty() ? "" : " (" + a.notes + ")"));
   if (!a.fits) {
-    FERRY_ASSIGN_OR_RETURN(uint64_t need, min_budget(*e, ctx, facts));
+    if (!smallest) {
+      FERRY_ASSIGN_OR_RETURN(uint64_t searched, min_budget(*e, ctx, facts));
+      smallest = searched;
+    }
+    const uint64_t need = *smallest;
     return Status::OutOfMemory(fmt::format(
         "policy '{}' cannot fit model '{}' in {} ({} bytes): the best plan it found needs {} ({} bytes) of device "
         "memory{}; the smallest budget at which '{}' fits is {} ({} bytes, {} of the {} the model needs without a "
