@@ -40,6 +40,7 @@ struct PlanOptions {
   std::string trace_out;
   std::string plot;
   std::string tier = "host";
+  bool ssd_staged = false;  // plan every SSD copy through host staging (as ferry train --ssd-staged runs it)
   std::string host_budget;
   bool find_min_budget = false;
   bool sweep = false;
@@ -77,6 +78,7 @@ Status check_plan_options(const PlanOptions& o) {
                                             all || o.policy == "checkmate" || o.policy == "ferry-exact",
                                             "without --policy checkmate or ferry-exact"));
   FERRY_RETURN_IF_ERROR(check_option_used(cmd, "--tier", o.policy != "none", "with --policy none (it swaps nothing)"));
+  FERRY_RETURN_IF_ERROR(check_option_used(cmd, "--ssd-staged", o.tier == "ssd", "without --tier ssd"));
   FERRY_RETURN_IF_ERROR(check_option_used(cmd, "--host-budget", !search, what));
   FERRY_RETURN_IF_ERROR(
       check_option_used(cmd, "--host-budget", o.policy != "none", "with --policy none (it swaps nothing)"));
@@ -92,6 +94,7 @@ Result<PlanSetup> set_up_plan(const PlanOptions& o) {
   }
   FERRY_ASSIGN_OR_RETURN(s.graph, load_graph(o.graph));
   FERRY_ASSIGN_OR_RETURN(s.hw, load_profile(o.device));
+  if (o.ssd_staged) s.hw.storage.device_direct = false;  // the host leg every copy then crosses
   FERRY_RETURN_IF_ERROR(check_precision(s.hw, s.graph.info.precision));
   FERRY_ASSIGN_OR_RETURN(s.tier, parse_tier(o.tier));
   FERRY_ASSIGN_OR_RETURN(s.backend_options, parse_backend_options(o.conv_algo));
@@ -497,6 +500,7 @@ int run_plan(const PlanOptions& given) {
     j["lower_bound_method"] = bound->method;
     j["gap"] = r->iteration_us / bound->us;
     j["tiers"] = tiers_json(*planned);
+    j["ssd_direct"] = s.tier == Tier::kSsd && s.hw.storage.device_direct;  // raw SSD copies planned in place
     j["seconds"] = {{"planning", times.plan_s}, {"simulation", times.simulate_s}, {"bound", times.bound_s},
                     {"bound_within_planning", times.bound_reused}};
     if (o.explain) j["decisions"] = decisions_json(s.graph, explain_schedule(s.graph, cost, schedule, &*r));
@@ -539,6 +543,9 @@ void register_plan(CLI::App& app, std::function<int()>& action) {
       "Table of predicted iteration time vs budget (100% down to 10% of the no-swap peak) for the policy, or for every "
       "policy with --policy all; with --plot, an SVG of the table. Progress on stderr when it is a terminal");
   min->excludes(sweep);
+  cmd->add_flag("--ssd-staged", o->ssd_staged,
+                "With --tier ssd on a profile whose storage reads and writes device memory directly (cpu-local, "
+                "measured profiles): plan every SSD copy through host staging, as ferry train --ssd-staged runs it");
   add_host_budget_option(cmd, o->host_budget);
   cmd->add_flag("--explain", o->explain,
                 "For every tensor the plan moves: swap, recompute or offload, the bytes it frees and for how many steps, "
