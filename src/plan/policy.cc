@@ -365,7 +365,7 @@ Result<PlanReport> plan_policy(std::string_view policy, const PlanContext& ctx) 
       for (const uint64_t quarter : {3, 2, 1, 0}) {
         const uint64_t at = need + span / 4 * quarter;
         FERRY_ASSIGN_OR_RETURN(PlanAttempt b, attempt_at(*e, ctx, facts, at));
-        if (!b.fits || b.measure.device_bytes > ctx.budget_bytes) continue;
+        if (!b.fits || b.measure.device_bytes > ctx.budget_bytes) continue;  // at 0, fits means unlimited
         b.notes = fmt::format("planned for {} ({} bytes): no plan found at the budget itself{}", format_bytes(at), at,
                               b.notes.empty() ? "" : "; " + b.notes);
         b.bound = std::move(a.bound);  // a bound at a smaller budget is no bound at this one
