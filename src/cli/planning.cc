@@ -74,7 +74,9 @@ void add_policy_options(CLI::App* cmd, std::string& policy, PolicyOptions& optio
       ->capture_default_str();
   cmd->add_flag_callback("--serial-planning", [&options] { options.parallel_portfolio = false; },
                 "ferry: make its own plans and its portfolio's seed plans one after another on one thread (default: "
-                "two workers where the process may use two cores; the plan is the same either way)");
+                "two workers where the process may use two cores; the plan is the same either way), and probe lru's and "
+                "capuchin's smallest-budget scan on one thread (default: every core the process may use, up to 8; "
+                "the same answer)");
 }
 
 void add_host_budget_option(CLI::App* cmd, std::string& host_budget) {

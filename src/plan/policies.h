@@ -52,7 +52,8 @@ struct PolicyOptions {
   size_t checkmate_max_ops = 400;          // checkmate: larger graphs are refused
   size_t checkmate_max_variables = 60000;  // checkmate: larger MILPs are refused
   // ferry: make its own plans and its seed portfolio's on two workers (when the process may use two
-  // cores). The answer is the same either way: the plans are compared in one order.
+  // cores), and probe lru's and capuchin's smallest-budget scan on the cores the process may use.
+  // The answer is the same either way: the plans are compared in one order.
   bool parallel_portfolio = true;
   // For budget searches, which ask only whether a policy fits: ferry may return its first plan
   // that fits instead of its fastest (its variants in their order, and the portfolio's seeds only

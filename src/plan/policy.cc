@@ -199,6 +199,9 @@ struct Entry {
   PolicyInfo info;
   Planner plan;
   MinBudget min_budget = nullptr;  // a policy's own search; bisection when null
+  // Its plans may be made on several threads at once: it forks no child (plan/contained.h) and
+  // keeps no state outside a call. The scan below the bisection's answer then probes in parallel.
+  bool concurrent = false;
 };
 
 const std::vector<Entry>& registry() {
@@ -222,7 +225,7 @@ const std::vector<Entry>& registry() {
        plan_vdnn_conv},
       {{"lru", "on-demand paging (SuperNeurons' LRU tensor cache, CUDA unified memory)",
         "evict the least recently used tensor when an allocation would exceed the budget, fetch on access", true},
-       plan_lru},
+       plan_lru, nullptr, true},
       {{"lms", "Le et al., TFLMS: Large Model Support in TensorFlow by Graph Rewriting, 2018",
         "swap out activations above a size threshold, swap them in swapin_ahead ops before backward reads them",
         false},
@@ -231,7 +234,7 @@ const std::vector<Entry>& registry() {
         "per tensor, swap when idle time hides it, else recompute when that frees more bytes per second of "
         "overhead; time-driven prefetch",
         true},
-       plan_capuchin},
+       plan_capuchin, nullptr, true},
       {{"checkpoint-sqrt", "Chen et al., Training Deep Nets with Sublinear Memory Cost, 2016",
         "keep every ~sqrt(n)-th forward segment boundary, recompute each segment before its backward", false},
        plan_checkpoint_sqrt},
@@ -307,7 +310,10 @@ Result<uint64_t> min_budget(const Entry& e, const PlanContext& ctx, const PlanFa
   // ferry may offload weights and optimizer state: the persistent region is no floor for it.
   const bool offloads = e.info.name == "ferry" && !ctx.recompute_only;
   FERRY_ASSIGN_OR_RETURN(uint64_t found, bisect_min_budget(ctx, facts, fits, offloads));
-  FERRY_ASSIGN_OR_RETURN(uint64_t lowest, lowest_fit_below(ctx, facts, fits, found, offloads));
+  // The scan's probes are independent: where the policy may plan on several threads, they share
+  // the cores this process may use (the answer is the same; --serial-planning keeps one thread).
+  const int workers = e.concurrent && ctx.options.parallel_portfolio ? std::min(usable_cores(), 8) : 1;
+  FERRY_ASSIGN_OR_RETURN(uint64_t lowest, lowest_fit_below(ctx, facts, fits, found, offloads, workers));
   // Off the grid: the plan that fits at `lowest` may need less, and its own need is then a budget
   // too when the planner finds a fitting plan there (a few rounds, while the need keeps falling).
   FERRY_ASSIGN_OR_RETURN(PlanAttempt at_lowest, attempt_at(e, ctx, facts, lowest));

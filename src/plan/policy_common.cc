@@ -4,8 +4,11 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <limits>
+#include <optional>
+#include <thread>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -616,14 +619,35 @@ Result<uint64_t> bisect_min_budget(const PlanContext& ctx, const PlanFacts& fact
 
 Result<uint64_t> lowest_fit_below(const PlanContext& ctx, const PlanFacts& facts,
                                   const std::function<Result<bool>(uint64_t)>& fits, uint64_t found,
-                                  bool persistent_may_leave) {
+                                  bool persistent_may_leave, int workers) {
   const uint64_t step = min_budget_scan_step(ctx, facts);
   const uint64_t floor = min_budget_lower_bound(ctx, facts, persistent_may_leave);
-  uint64_t lowest = found;
+  std::vector<uint64_t> grid;  // the budgets probed, from the top down
   for (uint64_t budget = found; budget >= floor + step && budget >= step;) {
     budget -= step;
-    FERRY_ASSIGN_OR_RETURN(bool ok, fits(budget));
-    if (ok) lowest = budget;
+    grid.push_back(budget);
+  }
+  std::vector<std::optional<Result<bool>>> answers(grid.size());
+  std::atomic<size_t> next{0};
+  std::atomic<bool> failed{false};
+  auto probe = [&] {
+    // Every probe below a failed one is moot: its error is the answer (the one of the highest
+    // budget that failed, found below, whichever thread saw it first).
+    for (size_t k = next++; k < grid.size() && !failed; k = next++) {
+      answers[k].emplace(fits(grid[k]));
+      if (!answers[k]->ok()) failed = true;
+    }
+  };
+  const size_t threads = std::min<size_t>(static_cast<size_t>(std::max(workers, 1)), grid.size());
+  std::vector<std::thread> others;
+  for (size_t w = 1; w < threads; ++w) others.emplace_back(probe);
+  probe();
+  for (std::thread& t : others) t.join();
+  uint64_t lowest = found;
+  for (size_t k = 0; k < grid.size(); ++k) {
+    if (!answers[k]) continue;  // after a failure above it
+    FERRY_ASSIGN_OR_RETURN(bool ok, std::move(*answers[k]));
+    if (ok) lowest = grid[k];
   }
   return lowest;
 }

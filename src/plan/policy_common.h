@@ -214,9 +214,12 @@ Result<uint64_t> bisect_min_budget(const PlanContext& ctx, const PlanFacts& fact
 // better choices): probes found - k * min_budget_scan_step() for k = 1, 2, ... down to
 // min_budget_lower_bound() and returns the lowest budget that fits, or `found` when none does.
 // `found` must fit. The answer B then fits and no B - k * step (k >= 1) does.
+// With `workers` > 1 the probes are independent and run on that many threads (`fits` must then be
+// safe to call concurrently); the answer, or the error (that of the highest budget whose probe
+// failed, as probing one after another from the top reports it), is the same for every `workers`.
 Result<uint64_t> lowest_fit_below(const PlanContext& ctx, const PlanFacts& facts,
                                   const std::function<Result<bool>(uint64_t)>& fits, uint64_t found,
-                                  bool persistent_may_leave = false);
+                                  bool persistent_may_leave = false, int workers = 1);
 
 // Appends `a` to the before / after list of `step`.
 inline void add_before(Schedule& s, OpId step, Action a) { s.before[static_cast<size_t>(step)].push_back(a); }

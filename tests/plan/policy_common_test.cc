@@ -2,6 +2,7 @@
 // count per step against the placement it stands for, and the simulator as the planners call it.
 #include "plan/policy_common.h"
 
+#include <atomic>
 #include <optional>
 
 #include <gtest/gtest.h>
@@ -284,6 +285,55 @@ TEST(PolicyCommonTest, MinBudgetSearchScansBelowTheBisectionForANonMonotonePlann
   for (uint64_t b = *lowest; b >= step;) {
     b -= step;
     EXPECT_FALSE(*fits(b)) << b << " bytes fits, below the answer " << *lowest;
+  }
+}
+
+}  // namespace
+}  // namespace ferry
+
+namespace ferry {
+namespace {
+
+// The scan's probes on several threads give the answer of the scan on one, and its error: the
+// non-monotone feasibility of the test above, and one whose probes fail below some budget.
+TEST(PolicyCommonTest, MinBudgetScanOnSeveralThreadsAnswersAsOnOne) {
+  ModelConfig config;
+  config.batch = 2;
+  Result<Graph> g = build_model("resnet-mini", config);
+  ASSERT_TRUE(g.ok());
+  const CostModel cost = round_cost();
+  PlanContext ctx{.graph = *g, .cost = cost};
+  Result<PlanFacts> facts = make_plan_facts(ctx);
+  ASSERT_TRUE(facts.ok());
+  const double lower = static_cast<double>(min_budget_lower_bound(ctx, *facts));
+  const double none = static_cast<double>(facts->none_device_bytes);
+  auto at = [&](double f) { return static_cast<uint64_t>(lower + f * (none - lower)); };
+  std::atomic<int> probes{0};
+  auto fits = [&](uint64_t b) -> Result<bool> {
+    ++probes;
+    return b >= at(0.8) || (b >= at(0.1) && b <= at(0.3)) || (b >= at(0.02) && b <= at(0.03));
+  };
+  const uint64_t found = at(0.85);
+  Result<uint64_t> one = lowest_fit_below(ctx, *facts, fits, found);
+  ASSERT_TRUE(one.ok());
+  const int probed_by_one = probes.exchange(0);
+  EXPECT_GT(probed_by_one, 20);
+  for (int workers : {2, 3, 8}) {
+    Result<uint64_t> many = lowest_fit_below(ctx, *facts, fits, found, false, workers);
+    ASSERT_TRUE(many.ok());
+    EXPECT_EQ(*many, *one) << workers << " workers";
+    EXPECT_EQ(probes.exchange(0), probed_by_one) << workers << " workers: every probe once";
+  }
+  // Probes fail (a planner's error) below 40% and at 50%: the error is the one at 50%, the highest.
+  auto failing = [&](uint64_t b) -> Result<bool> {
+    if (b < at(0.4) || (b >= at(0.5) && b < at(0.5) + min_budget_scan_step(ctx, *facts)))
+      return Status::Internal(b < at(0.4) ? "low" : "high");
+    return fits(b);
+  };
+  for (int workers : {1, 2, 8}) {
+    Result<uint64_t> r = lowest_fit_below(ctx, *facts, failing, found, false, workers);
+    ASSERT_FALSE(r.ok()) << workers << " workers";
+    EXPECT_EQ(r.status().message(), "high") << workers << " workers";
   }
 }
 
