@@ -8,6 +8,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <system_error>
 #include <thread>
 #include <unordered_map>
 
@@ -640,7 +641,13 @@ Result<uint64_t> lowest_fit_below(const PlanContext& ctx, const PlanFacts& facts
   };
   const size_t threads = std::min<size_t>(static_cast<size_t>(std::max(workers, 1)), grid.size());
   std::vector<std::thread> others;
-  for (size_t w = 1; w < threads; ++w) others.emplace_back(probe);
+  for (size_t w = 1; w < threads; ++w) {
+    try {
+      others.emplace_back(probe);
+    } catch (const std::system_error&) {
+      break;  // no thread to be had (a process limit): the threads there are share the probes
+    }
+  }
   probe();
   for (std::thread& t : others) t.join();
   uint64_t lowest = found;
