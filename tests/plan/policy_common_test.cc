@@ -255,32 +255,46 @@ TEST(PolicyCommonTest, PlanningTimingRecordsWaitsForASwapOut) {
 namespace ferry {
 namespace {
 
-// A feasibility that is not monotone in the budget: with L the bound no plan beats and N the
-// keep plan's bytes, it fits above L + 80% of (N - L) and again between L + 10% and L + 30%.
-// Bisection alone lands near L + 80%; the scan below finds the lower window.
-TEST(PolicyCommonTest, MinBudgetSearchScansBelowTheBisectionForANonMonotonePlanner) {
-  ModelConfig config;
-  config.batch = 2;
-  Result<Graph> g = build_model("resnet-mini", config);
-  ASSERT_TRUE(g.ok());
-  const CostModel cost = round_cost();
-  PlanContext ctx{.graph = *g, .cost = cost};
-  Result<PlanFacts> facts = make_plan_facts(ctx);
-  ASSERT_TRUE(facts.ok());
-  const double lower = static_cast<double>(min_budget_lower_bound(ctx, *facts));
-  const double none = static_cast<double>(facts->none_device_bytes);
-  ASSERT_LT(lower, none * 0.8);
-  auto at = [&](double f) { return static_cast<uint64_t>(lower + f * (none - lower)); };
+// The smallest-budget search on resnet-mini (batch 2), with feasibilities made up from L, the
+// bound no plan beats, and N, the keep plan's bytes: at(f) = L + f (N - L).
+class MinBudgetSearch : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ModelConfig config;
+    config.batch = 2;
+    Result<Graph> g = build_model("resnet-mini", config);
+    ASSERT_TRUE(g.ok());
+    graph_ = std::move(*g);
+    ctx_.emplace(PlanContext{.graph = graph_, .cost = cost_});
+    Result<PlanFacts> facts = make_plan_facts(*ctx_);
+    ASSERT_TRUE(facts.ok());
+    facts_ = std::move(*facts);
+    lower_ = static_cast<double>(min_budget_lower_bound(*ctx_, facts_));
+    none_ = static_cast<double>(facts_.none_device_bytes);
+  }
+  uint64_t at(double f) const { return static_cast<uint64_t>(lower_ + f * (none_ - lower_)); }
+  Graph graph_;
+  const CostModel cost_ = round_cost();
+  std::optional<PlanContext> ctx_;
+  PlanFacts facts_;
+  double lower_ = 0, none_ = 0;
+};
+
+// A feasibility that is not monotone in the budget: it fits above at(0.8) and again between
+// at(0.1) and at(0.3). Bisection alone lands near at(0.8); the scan below finds the lower window.
+TEST_F(MinBudgetSearch, ScansBelowTheBisectionForANonMonotonePlanner) {
+  const PlanContext& ctx = *ctx_;
+  ASSERT_LT(lower_, none_ * 0.8);
   auto fits = [&](uint64_t b) -> Result<bool> { return b >= at(0.8) || (b >= at(0.1) && b <= at(0.3)); };
-  Result<uint64_t> bisected = bisect_min_budget(ctx, *facts, fits);
+  Result<uint64_t> bisected = bisect_min_budget(ctx, facts_, fits);
   ASSERT_TRUE(bisected.ok());
   EXPECT_TRUE(*fits(*bisected));
   EXPECT_GE(*bisected, at(0.8)) << "bisection alone misses the lower window";
-  Result<uint64_t> lowest = lowest_fit_below(ctx, *facts, fits, *bisected);
+  Result<uint64_t> lowest = lowest_fit_below(ctx, facts_, fits, *bisected);
   ASSERT_TRUE(lowest.ok());
   EXPECT_TRUE(*fits(*lowest));
   EXPECT_EQ(*lowest % ctx.alignment, 0u);
-  const uint64_t step = min_budget_scan_step(ctx, *facts);
+  const uint64_t step = min_budget_scan_step(ctx, facts_);
   EXPECT_LT(*lowest, at(0.1) + step);
   for (uint64_t b = *lowest; b >= step;) {
     b -= step;
@@ -288,50 +302,34 @@ TEST(PolicyCommonTest, MinBudgetSearchScansBelowTheBisectionForANonMonotonePlann
   }
 }
 
-}  // namespace
-}  // namespace ferry
-
-namespace ferry {
-namespace {
-
-// The scan's probes on several threads give the answer of the scan on one, and its error: the
-// non-monotone feasibility of the test above, and one whose probes fail below some budget.
-TEST(PolicyCommonTest, MinBudgetScanOnSeveralThreadsAnswersAsOnOne) {
-  ModelConfig config;
-  config.batch = 2;
-  Result<Graph> g = build_model("resnet-mini", config);
-  ASSERT_TRUE(g.ok());
-  const CostModel cost = round_cost();
-  PlanContext ctx{.graph = *g, .cost = cost};
-  Result<PlanFacts> facts = make_plan_facts(ctx);
-  ASSERT_TRUE(facts.ok());
-  const double lower = static_cast<double>(min_budget_lower_bound(ctx, *facts));
-  const double none = static_cast<double>(facts->none_device_bytes);
-  auto at = [&](double f) { return static_cast<uint64_t>(lower + f * (none - lower)); };
+// The scan's probes on several threads give the answer of the scan on one, and its error: a
+// non-monotone feasibility with three windows, and one whose probes fail below some budget.
+TEST_F(MinBudgetSearch, ScanOnSeveralThreadsAnswersAsOnOne) {
+  const PlanContext& ctx = *ctx_;
   std::atomic<int> probes{0};
   auto fits = [&](uint64_t b) -> Result<bool> {
     ++probes;
     return b >= at(0.8) || (b >= at(0.1) && b <= at(0.3)) || (b >= at(0.02) && b <= at(0.03));
   };
   const uint64_t found = at(0.85);
-  Result<uint64_t> one = lowest_fit_below(ctx, *facts, fits, found);
+  Result<uint64_t> one = lowest_fit_below(ctx, facts_, fits, found);
   ASSERT_TRUE(one.ok());
   const int probed_by_one = probes.exchange(0);
   EXPECT_GT(probed_by_one, 20);
   for (int workers : {2, 3, 8}) {
-    Result<uint64_t> many = lowest_fit_below(ctx, *facts, fits, found, false, workers);
+    Result<uint64_t> many = lowest_fit_below(ctx, facts_, fits, found, false, workers);
     ASSERT_TRUE(many.ok());
     EXPECT_EQ(*many, *one) << workers << " workers";
     EXPECT_EQ(probes.exchange(0), probed_by_one) << workers << " workers: every probe once";
   }
   // Probes fail (a planner's error) below 40% and at 50%: the error is the one at 50%, the highest.
   auto failing = [&](uint64_t b) -> Result<bool> {
-    if (b < at(0.4) || (b >= at(0.5) && b < at(0.5) + min_budget_scan_step(ctx, *facts)))
+    if (b < at(0.4) || (b >= at(0.5) && b < at(0.5) + min_budget_scan_step(ctx, facts_)))
       return Status::Internal(b < at(0.4) ? "low" : "high");
     return fits(b);
   };
   for (int workers : {1, 2, 8}) {
-    Result<uint64_t> r = lowest_fit_below(ctx, *facts, failing, found, false, workers);
+    Result<uint64_t> r = lowest_fit_below(ctx, facts_, failing, found, false, workers);
     ASSERT_FALSE(r.ok()) << workers << " workers";
     EXPECT_EQ(r.status().message(), "high") << workers << " workers";
   }
