@@ -159,6 +159,7 @@ py::dict plan(const std::string& trace_json, uint64_t budget_bytes, const std::s
   out["live_peak_bytes"] = r->live_peak_bytes;
   out["swapped_tensors"] = r->swapped_tensors;
   out["recomputed_tensors"] = r->recomputed_tensors;
+  out["notes"] = r->notes;
   out["predicted"] = sim_summary(sim);
   out["actions"] = actions_of(r->schedule);
   return out;

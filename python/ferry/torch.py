@@ -598,7 +598,8 @@ class Budget:
                            "swapped_tensors": p["swapped_tensors"], "recomputed_tensors": p["recomputed_tensors"],
                            "predicted_ms": p["predicted"]["iteration_ms"],
                            "predicted_unlimited_ms": p["unlimited"]["iteration_ms"],
-                           "unlimited_device_bytes": p["unlimited"]["peak_device_bytes"]}
+                           "unlimited_device_bytes": p["unlimited"]["peak_device_bytes"],
+                           "notes": p.get("notes", "")}  # the planner's: which variant won, and how
         if self._engine is not None:
             out["transfers"] = self._engine.stats()
         out["replayed_ops"] = self._replays
