@@ -105,9 +105,9 @@ def test_recompute_replays_ops_bitwise(name, tmp_path):
     optimizer = case.optimizer(model)
     trainer = ft.Budget(model, optimizer, budget="1TiB", device=slow_link_profile(tmp_path), measure=True)
     # Three quarters of the way from the smallest budget to the unplanned need, not half: on the
-    # transformer, ferry's recompute variants stop fitting a little below halfway (their recomputes'
-    # sources pinned beside the readers, docs/planner.md "Where it loses") and only the swaps-only
-    # fallback fits there. Where that edge falls moves with the recorded op times; halfway, a
+    # transformer, ferry's recompute variants stop fitting a little below halfway (what their
+    # recomputes hold at one step of the backward pass, docs/planner.md "Where it loses") and only
+    # the swaps-only fallback fits there. Where that edge falls moves with the recorded op times; halfway, a
     # recording on a loaded machine once got the swaps-only plan (19 tensors swapped, none
     # recomputed) and this test, which is about replays, had nothing to check.
     losses = ferry_steps(model, optimizer, batches, case.loss_fn, trainer,
