@@ -14,6 +14,7 @@
 #include <random>
 #include <set>
 
+#include "common/hand_graph.h"
 #include "cost/profile.h"
 #include "graph/zoo/zoo.h"
 #include "plan/ferry/bound.h"
@@ -614,6 +615,80 @@ TEST(FerryPlanner, RecomputePolishSwapsOnlyWhatIsOnTheDevice) {
 
 // Recomputation only of what the executor can replay: with no op replayable nothing is recomputed,
 // even where recomputing is all that fits (recompute-only tier).
+// Note [Sources a recompute keeps] (ferry_planner.cc): under a framework's restriction only saved
+// tensors may be recomputed, so a saved tensor whose producer reads an unsaved one (an attention
+// head cut from its QKV projection) is recomputed from that source kept on the device. The
+// planner must count the source: recomputing the 32 KiB head keeps the 96 KiB projection from the
+// forward pass to the head's backward read, which costs 64 KiB at every step between. With links
+// so slow that every swap costs about a millisecond, the plan recomputes the chain's layers (their
+// sources are saved and live anyway), swaps the head, and is much faster than the swaps-only
+// plan; it used to recompute the head first, find the projection in the measured profile, have
+// nothing left to take away and fall back to swapping everything.
+TEST(FerryPlanner, RecomputesCountTheSourcesTheyKeep) {
+  test::HandGraph h("head");
+  const TensorId w = h.weight("w", 256);
+  const TensorId x = h.input("x", 4096);
+  std::vector<TensorId> a{x};  // a1..a3 before the projection, then c1..c6 after the head
+  for (int i = 1; i <= 3; ++i) a.push_back(h.tensor(fmt::format("a{}", i), 16384));
+  const TensorId qkv = h.tensor("qkv", 98304);  // unsaved: only the head reads it
+  const TensorId head = h.tensor("head", 32768);
+  std::vector<TensorId> c{head};
+  for (int i = 1; i <= 6; ++i) c.push_back(h.tensor(fmt::format("c{}", i), 16384));
+  const TensorId loss = h.tensor("loss", 64);
+  h.op("f1", {x, w}, {a[1]}, 10.0);
+  for (size_t i = 2; i <= 3; ++i) h.op(fmt::format("f{}", i), {a[i - 1]}, {a[i]}, 10.0);
+  h.op("proj", {a[3]}, {qkv}, 10.0);
+  h.op("cut", {qkv}, {head}, 1.0);  // the cheapest recompute per byte, were its source free
+  for (size_t i = 1; i <= 6; ++i) h.op(fmt::format("g{}", i), {c[i - 1]}, {c[i]}, 10.0);
+  h.op("loss_op", {c[6]}, {loss}, 1.0);
+  auto grad = [&](const std::string& name, uint64_t bytes) { return h.tensor(name, bytes, TensorRole::kGradient); };
+  TensorId d = grad("dc6", 16384);
+  h.op("loss_bwd", {c[6]}, {d}, 1.0, Phase::kBackward);
+  for (size_t i = 6; i >= 1; --i) {
+    const TensorId next = grad(fmt::format("dc{}", i - 1), i == 1 ? 32768 : 16384);
+    h.op(fmt::format("g{}_bwd", i), {d, c[i - 1]}, {next}, 10.0, Phase::kBackward);
+    d = next;
+  }
+  const TensorId dqkv = grad("dqkv", 98304);
+  h.op("cut_bwd", {d}, {dqkv}, 1.0, Phase::kBackward);  // a slice's backward reads no input
+  d = dqkv;
+  for (size_t i = 3; i >= 1; --i) {
+    const TensorId next = i > 1 ? grad(fmt::format("da{}", i - 1), 16384) : h.tensor("dw", 256, TensorRole::kWeightGradient);
+    h.op(fmt::format("f{}_bwd", i), {d, a[i - 1]}, {next}, 10.0, Phase::kBackward);
+    d = next;
+  }
+  h.op("update", {w, d}, {w}, 1.0, Phase::kUpdate);
+  h.set_loss(loss);
+  const Graph& g = h.graph();
+
+  HardwareProfile slow = cost_test::round_profile();
+  slow.host_link.host_to_device.nominal_bytes_per_s /= 1000;
+  slow.host_link.device_to_host.nominal_bytes_per_s /= 1000;
+  const CostModel cost(slow);
+  PlanContext ctx{.graph = g, .cost = cost, .tier = Tier::kHost};
+  const uint64_t full = policy_test::must_plan("none", ctx).device_bytes;
+  ctx.framework_saved.assign(g.tensors.size(), false);
+  for (const std::vector<TensorId>* saved : {&a, &c})
+    for (TensorId t : *saved)
+      if (t != x) ctx.framework_saved[static_cast<size_t>(t)] = true;
+  int compared = 0;
+  for (uint64_t off : {8192, 24576, 40960}) {
+    ctx.budget_bytes = full - off;
+    SCOPED_TRACE(::testing::Message() << "budget " << ctx.budget_bytes << " of " << full);
+    const PlanReport r = policy_test::must_plan("ferry", ctx);
+    EXPECT_LE(r.device_bytes, ctx.budget_bytes);
+    EXPECT_GE(r.recomputed_tensors, 1u);
+    for (const policy_test::Placed& p : policy_test::actions_of(r.schedule))
+      EXPECT_FALSE(p.action.kind == ActionKind::kRecompute && p.action.tensor == head) << "at step " << p.step;
+    PlanContext swaps_only = ctx;
+    swaps_only.allow_recompute = false;
+    const PlanReport s = policy_test::must_plan("ferry", swaps_only);
+    EXPECT_LT(simulated_us(ctx, r.schedule), simulated_us(ctx, s.schedule));
+    ++compared;
+  }
+  EXPECT_EQ(compared, 3);
+}
+
 TEST(FerryPlanner, ReplayableOpsBoundRecomputation) {
   const Chain chain({4096, 8192, 8192, 8192, 4096}, {0, 10, 10, 10, 10});
   const CostModel cost = round_cost();

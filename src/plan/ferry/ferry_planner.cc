@@ -344,6 +344,42 @@ class Planner {
           s.sources.push_back(in);
       }
     }
+    std::sort(s.sources.begin(), s.sources.end());
+    s.sources.erase(std::unique(s.sources.begin(), s.sources.end()), s.sources.end());
+  }
+
+  // Note [Sources a recompute keeps]
+  //   A recompute reads its sources where they are; a source whose last access comes before the
+  //   recompute (a forward-only tensor the chain does not run again: extended, not recomputable
+  //   in this context, as a framework's unsaved intermediates are, or a data input) stays on the
+  //   device until the recompute, since lowering frees a tensor after its last read. The profile
+  //   gets those bytes when the recompute is decided (apply), and a recompute is not offered at a
+  //   peak step where the sources it would keep there weigh as much as its tensor: a recompute of
+  //   a 32 KB attention head from its unsaved 96 KB QKV projection frees nothing there, it costs
+  //   64 KB. Without this the greedy took such recomputes (the cheapest per byte), found the kept
+  //   sources in the measured profile and had no gap left to take them away with; on the PyTorch
+  //   adapter's recorded GPT-2 it then fell back to swapping only (docs/planner.md, "Where it
+  //   loses"). Where the sources weigh less, the score stays per byte of the tensor: scoring by
+  //   the net bytes instead made DenseNet-264's kept-source plans slower (the first recompute to
+  //   keep a concat's inputs pays for every later one that reads them), 96.58 -> 98.77 ms at 50%
+  //   on the A100 profile (predicted).
+  // The last step the profile has transient `u` on the device: its last access, or later where a
+  // decided recompute reads it. kNoOp: it is never freed (persistent, the loss).
+  OpId live_until(TensorId u) const {
+    if (g_.tensor(u).persistent() || u == g_.loss) return kNoOp;
+    const std::vector<OpId>& a = acc_.steps[idx(u)];
+    const OpId last = a.empty() ? 0 : a.back();
+    const OpId until = extended_until_[idx(u)];
+    return until == kNoOp ? last : std::max(until, last);
+  }
+
+  // The bytes of t's sources that a recompute of t (reading them at its gap's end) would keep on
+  // the device at step s.
+  uint64_t held_at(TensorId t, int64_t s) const {
+    uint64_t held = 0;
+    for (TensorId u : ts_[idx(t)].sources)
+      if (const OpId until = live_until(u); until != kNoOp && until < s) held += bytes_of(u);
+    return held;
   }
 
   // The candidates are find_gaps()'s (gaps.h); a persistent tensor's gaps inside the iteration are
@@ -522,6 +558,8 @@ class Planner {
     o.fetch_before = end;
     o.cost_us = s.chain_us;
     o.ok = o.lo1 <= o.hi1;
+    // It frees nothing at the peak step where the sources it keeps there weigh as much.
+    if (peak >= 0 && held_at(gap.tensor, peak) >= bytes_of(gap.tensor)) o.ok = false;
     return o;
   }
 
@@ -800,13 +838,10 @@ class Planner {
       for (TensorId u : s.sources) {
         if (Gap* away = away_gap(u, o.fetch_before); away != nullptr) pull(*away, o.fetch_before);
         pins_[idx(u)].push_back(o.fetch_before);
-        if (kept_sources_ && !g_.tensor(u).persistent() && f_.info(u).first_backward_use == kNoOp) {
-          OpId& until = extended_until_[idx(u)];
-          if (until == kNoOp) until = f_.forward_end(u);
-          if (o.fetch_before > until) {
-            tree_->add(until + 1, o.fetch_before, static_cast<int64_t>(bytes_of(u)));
-            until = o.fetch_before;
-          }
+        // Kept on the device to its recompute (Note [Sources a recompute keeps]).
+        if (const OpId until = live_until(u); until != kNoOp && o.fetch_before > until) {
+          tree_->add(until + 1, o.fetch_before, static_cast<int64_t>(bytes_of(u)));
+          extended_until_[idx(u)] = o.fetch_before;
         }
       }
       gap.alternative = swaps_allowed() ? fmt::format("swap, {:.1f} us of link time",
