@@ -214,7 +214,8 @@ TEST(ProfileCache, RoundTripsAndRefusesAnotherModelShapeMachineOrVersion) {
 
 TEST(ProfileCache, MalformedFilesNameTheProblem) {
   const size_t ops = 3;
-  const ProfileKey key{.machine = "m", .threads = 1, .conv_algorithm = "auto", .model = "x", .graph_hash = "0"};
+  const ProfileKey key{
+      .machine = "m", .threads = 1, .conv_algorithm = "auto", .tier = "host", .model = "x", .graph_hash = "0"};
   const std::string good = to_figures_json(key, some_figures(ops));
   ASSERT_TRUE(parse_figures_json(good, "f", ops).ok());
   auto with_codec = [&](const char* field, const nlohmann::json& value) {
