@@ -10,9 +10,9 @@ from this machine's recording, so two builds compare on the same recording only:
 one run and --load in the other (docs/planner.md, "Where it loses", was made that way).
 
 Usage (PYTHONPATH=build/python, FERRY_SOURCE_DIR=the checkout):
-  bench/adapter_budget_sweep.py [--model transformer] [--steps 40] [--slow-link 1e6]
-                                [--save inputs.pkl | --load inputs.pkl]
---slow-link divides the cpu-local profile's link and disk rates (the replay test's profile: 1e6).
+  bench/adapter_budget_sweep.py [--model transformer] [--steps 40] [--save inputs.pkl | --load inputs.pkl]
+The profile is the replay test's (tests/python/test_torch_adapter.py, slow_link_profile): cpu-local
+with its link and disk a million times slower.
 """
 import argparse
 import json
@@ -23,20 +23,15 @@ import sys
 import tempfile
 
 
-def record(model_name, slow_link):
+def record(model_name):
     import torch  # noqa: F401  (ferry.torch needs it loaded)
     import ferry.torch as ft
     from ferry import _ferry
     sys.path.insert(0, str(pathlib.Path(os.environ["FERRY_SOURCE_DIR"]) / "tests" / "python"))
     from models import CASES
-    profile = json.loads((pathlib.Path(os.environ["FERRY_SOURCE_DIR"]) / "profiles" / "cpu-local.json").read_text())
-    profile["name"] = "cpu-local-slow-link"
-    for direction in ("host_to_device", "device_to_host"):
-        profile["host_link"][direction]["nominal_bytes_per_s"] /= slow_link
-    profile["storage"]["read_bytes_per_s"] /= slow_link
-    profile["storage"]["write_bytes_per_s"] /= slow_link
-    path = pathlib.Path(tempfile.mkdtemp()) / "slow-link.json"
-    path.write_text(json.dumps(profile))
+    from test_torch_adapter import slow_link_profile
+    path = slow_link_profile(pathlib.Path(tempfile.mkdtemp()))
+    profile = json.loads(pathlib.Path(path).read_text())
     calls = []
     original = _ferry.plan
 
@@ -48,7 +43,7 @@ def record(model_name, slow_link):
     case = CASES[model_name]
     model = case.build(0)
     optimizer = case.optimizer(model)
-    trainer = ft.Budget(model, optimizer, budget="1TiB", device=str(path), measure=True)
+    trainer = ft.Budget(model, optimizer, budget="1TiB", device=path, measure=True)
     inputs, targets = case.batches(1)[0]
     optimizer.zero_grad(set_to_none=True)
     with trainer.step():
@@ -65,7 +60,6 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", default="transformer")
     ap.add_argument("--steps", type=int, default=40)
-    ap.add_argument("--slow-link", type=float, default=1e6)
     ap.add_argument("--save")
     ap.add_argument("--load")
     a = ap.parse_args()
@@ -73,7 +67,7 @@ def main():
     if a.load:
         args = pickle.load(open(a.load, "rb"))
     else:
-        args = record(a.model, a.slow_link)
+        args = record(a.model)
         if a.save:
             pickle.dump(args, open(a.save, "wb"))
     profile_path = pathlib.Path(tempfile.mkdtemp()) / "profile.json"
