@@ -376,6 +376,56 @@ TEST(HostUpdatePlans, TheBoundTimesHostUpdatesAndCyclicCopies) {
 // A100 profile at 75% of its no-swap peak: 225.2 ms against 225.0, predicted), so a timing row
 // that charged more than the simulator can ever take shows here as a bound above the plan (the
 // cyclic copies' deadlines counted from the iteration's start did: 0.98x).
+// Inner offloads (Note [Inner offloads] in ferry_planner.cc, FerryTuning::inner_offload_variants):
+// under a host/link split the device updates run after the backward pass, and at the first of
+// them the weights of the later ones are still on the device from their backward read; reaching
+// their inner gaps needs the offload first. With those variants a plan is never slower than
+// without, and they win cells (gpt2-mini, batch 2, 32 tokens, Adam, at 25% with a 1 or 3 GB/s
+// host: 4.79 against 5.51 and 5.39 ms predicted); the plans they make fit the budget as placed.
+TEST(HostUpdatePlans, InnerOffloadVariantsAreNeverSlowerAndWinACell) {
+  FerryTuning with_variants;
+  with_variants.lp_guided = false;
+  FerryTuning without_variants = with_variants;
+  without_variants.inner_offload_variants = false;
+  size_t split_cells = 0, won = 0;
+  for (double host_rate : {1e9, 3e9, 1e10}) {
+    const Graph g = adam_model("gpt2-mini");
+    const CostModel cost = host_cost(host_rate);
+    PlanContext ctx{.graph = g, .cost = cost};
+    ctx.op_scratch_bytes = policy_test::backend_like_scratch(g);
+    const uint64_t full = policy_test::must_plan("none", ctx).device_bytes;
+    for (double fraction : {0.6, 0.4, 0.25}) {
+      SCOPED_TRACE(::testing::Message() << 100 * fraction << "%, host " << host_rate / 1e9 << " GB/s");
+      ctx.budget_bytes = static_cast<uint64_t>(fraction * static_cast<double>(full));
+      Result<PlanFacts> f = make_plan_facts(ctx);
+      ASSERT_TRUE(f.ok());
+      split_cells += !planner::host_split_order(ctx, *f, f->host_updatable).empty();
+      Result<PlanAttempt> without = plan_ferry(ctx, *f, without_variants);
+      Result<PlanAttempt> with = plan_ferry(ctx, *f, with_variants);
+      ASSERT_TRUE(without.ok() && with.ok());
+      if (without->fits) {
+        ASSERT_TRUE(with->fits);
+      }
+      if (!with->fits) continue;
+      const double with_us = simulated_us(ctx, with->schedule);
+      const double without_us = without->fits ? simulated_us(ctx, without->schedule) : 0;
+      if (without->fits) {
+        EXPECT_LE(with_us, without_us * (1 + 1e-9));
+      }
+      // The winner is an inner-offload variant (not the tight fallback, which offloads too).
+      const bool inner = with->notes.find("tight") == std::string::npos &&
+                         with->notes.find("offloaded for their inner gaps") != std::string::npos;
+      if (!inner) continue;
+      if (without->fits && with_us < without_us * (1 - 1e-6)) ++won;
+      Result<PlanMeasure> m = measure_schedule(*f, with->schedule);
+      ASSERT_TRUE(m.ok());
+      EXPECT_LE(m->device_bytes, ctx.budget_bytes);
+    }
+  }
+  EXPECT_GT(split_cells, 0u) << "no cell splits its updates: the comparison above proved nothing";
+  EXPECT_GT(won, 0u) << "no cell was won by an inner-offload variant";
+}
+
 TEST(HostUpdatePlans, TheBoundStaysBelowAPlanCloseToIt) {
   const Graph g = gpt2_medium_adam();
   const CostModel cost(load_profile("a100-40gb-pcie4").value());

@@ -69,7 +69,8 @@ struct Option {
   LinkBook::Booking out, in;
   double link_us = 0;
   double in_interference_us = 0;  // the part of cost_us the swap-in adds beside the kernels
-  int offload_gap = -1;  // tight: a persistent tensor's cyclic gap, offloaded first (evaluate)
+  int offload_gap = -1;  // a persistent tensor's cyclic gap, offloaded first (evaluate)
+  int64_t at = -1;       // with offload_gap, not tight: the step the option was asked to be away at
   bool covers(int64_t s) const { return (lo1 <= s && s <= hi1) || (lo2 <= s && s <= hi2); }
   int32_t steps_away() const {
     return static_cast<int32_t>(std::max<int64_t>(0, hi1 - lo1 + 1) + std::max<int64_t>(0, hi2 - lo2 + 1));
@@ -98,6 +99,25 @@ struct Gap {
   // multiplied by (1: no guidance, or the relaxation takes the gap away that way entirely).
   float swap_factor = 1, recompute_factor = 1;
 };
+
+// Note [Inner offloads]
+//   A persistent tensor updated on the device (a weight, its optimizer state) has a cyclic gap
+//   (from its update to its first read of the next iteration) and inner gaps (between its reads
+//   within one). An inner gap can only be away once the tensor is offloaded, since its swap-in
+//   needs the copy the offload's swap-out made in the previous iteration; so the greedy indexes
+//   inner gaps only once the cyclic gap is decided (apply()), and before that only in the tight
+//   fallback, with forced (waited-for) copies. At a peak inside every cyclic gap's complement,
+//   that order cannot get there: under a host/link split the device updates run after the whole
+//   backward pass, and at the first of them (GPT-2's tied embedding, 824 MB with its gradient and
+//   Adam state) the weights of the later device updates are on the device from their backward
+//   read on. The cyclic gaps do not cover that step, the inner gaps are not candidates yet, and
+//   the greedy is stuck: on GPT-2 medium at 10% on the H100 profile no split with fewer than 248
+//   of 292 updates on the host fitted. A variant with inner offloads indexes the inner gaps from
+//   the start and offers, for one that covers the peak, the offload (swap_option on the cyclic
+//   gap, asked to be away at the iteration's last step) and then the inner swap (swap_option at
+//   the peak), their costs summed; apply() books the offload, then the inner swap against the
+//   bookings that include it. Run only for the host/link splits, beside the plain variant of each
+//   split, so that no plan that fitted before is lost.
 
 // Note [LP-guided greedy]
 //   The greedy decides at the peak step one gap at a time by cost per byte; the LP relaxation of
@@ -155,11 +175,11 @@ class Planner {
   // swap-out earlier than its booking (forced_option). `recompute`: false plans swaps only.
   Planner(const PlanContext& ctx, const PlanFacts& facts, double link_weight, std::vector<OpId> host_ops = {},
           bool count_interference = true, bool tight = false, bool recompute = true, bool host_inner_gaps = true,
-          bool kept_sources = false, const LpGuide* guide = nullptr)
+          bool kept_sources = false, const LpGuide* guide = nullptr, bool inner_offloads = false)
       : ctx_(ctx), f_(facts), g_(facts.g()), n_(g_.ops.size()), link_weight_(link_weight),
         count_interference_(count_interference), tight_(tight), recompute_(recompute),
-        host_inner_gaps_(host_inner_gaps), kept_sources_(kept_sources), guide_(guide),
-        host_ops_(std::move(host_ops)) {}
+        host_inner_gaps_(host_inner_gaps), kept_sources_(kept_sources), inner_offloads_(inner_offloads),
+        guide_(guide), host_ops_(std::move(host_ops)) {}
 
   Result<PlanAttempt> run(std::vector<PlanDecision>* decisions) {
     if (ctx_.budget_bytes == 0) return finish_attempt(ctx_, f_, empty_schedule(ctx_, "ferry"));
@@ -393,7 +413,8 @@ class Planner {
         continue;
       }
       // Tight: a persistent tensor's inner gaps too, reached by offloading it first (evaluate).
-      add_gap(gap.tensor, gap.from, gap.to, gap.cyclic, gap.cyclic || !g_.tensor(gap.tensor).persistent() || tight_);
+      add_gap(gap.tensor, gap.from, gap.to, gap.cyclic,
+              gap.cyclic || !g_.tensor(gap.tensor).persistent() || tight_ || inner_offloads_);
     }
   }
 
@@ -688,11 +709,37 @@ class Planner {
       // operand lives in the host tier already), reached by offloading it (its cyclic gap, forced)
       // and then taking this gap away (forced too).
       if (tight_) consider(offload_then_away(gap));
+      else if (inner_offloads_) consider(offload_then_away(gap, s));
       return best;
     }
     if (swaps_allowed()) consider(swap_option(gap, s));
     consider(recompute_option(gap, s));
     return best;
+  }
+
+  // Note [Inner offloads]: the same, booked on the links (a variant of plan_ferry's host/link
+  // splits): the cyclic gap's swap as swap_option books it at the iteration's end (or start), and
+  // the inner gap's swap-in as swap_option books it at s. apply() books them again in that order.
+  Option offload_then_away(const Gap& gap, int64_t s) const {
+    if (!swaps_allowed()) return {};
+    for (int c : ts_[idx(gap.tensor)].gaps) {
+      const Gap& cyclic = gaps_[static_cast<size_t>(c)];
+      if (!cyclic.cyclic || cyclic.move() != Move::kKeep) continue;
+      const Option offload = swap_option(cyclic, offload_step(cyclic));
+      Option o = swap_option(gap, s);
+      if (!offload.ok || !o.ok) return {};
+      o.cost_us += offload.cost_us;
+      o.offload_gap = c;
+      o.at = s;
+      return o;
+    }
+    return {};
+  }
+  // The step at which an offload is asked to be away: the iteration's last, unless the tensor is
+  // written there.
+  int64_t offload_step(const Gap& cyclic) const {
+    const int64_t last = static_cast<int64_t>(n_) - 1;
+    return cyclic.from < last ? last : 0;
   }
 
   // (evaluate's case above: a persistent tensor, not offloaded, not a host update's operand.)
@@ -791,13 +838,23 @@ class Planner {
   }
 
   void apply(int id, const Option& chosen) {
-    if (chosen.offload_gap >= 0) {  // tight: offload the tensor first, then take this gap away
-      ++inner_offloads_;
-      apply(chosen.offload_gap, forced_option(gaps_[static_cast<size_t>(chosen.offload_gap)]));
-      Option away = chosen;
-      away.offload_gap = -1;
-      away.cost_us -= gaps_[static_cast<size_t>(chosen.offload_gap)].decided.cost_us;
-      apply(id, away);
+    if (chosen.offload_gap >= 0) {  // offload the tensor first, then take this gap away
+      ++inner_offload_count_;
+      Gap& cyclic = gaps_[static_cast<size_t>(chosen.offload_gap)];
+      if (tight_) {
+        apply(chosen.offload_gap, forced_option(cyclic));
+        Option away = chosen;
+        away.offload_gap = -1;
+        away.cost_us -= cyclic.decided.cost_us;
+        apply(id, away);
+        return;
+      }
+      // Booked (Note [Inner offloads]): each against the bookings of the one before it.
+      Option offload = swap_option(cyclic, offload_step(cyclic));
+      apply(chosen.offload_gap, offload.ok ? offload : forced_option(cyclic));
+      const Gap& gap = gaps_[static_cast<size_t>(id)];
+      Option away = swap_option(gap, chosen.at);
+      apply(id, away.ok ? away : forced_option(gap));
       return;
     }
     Gap& gap = gaps_[static_cast<size_t>(id)];
@@ -1326,7 +1383,8 @@ class Planner {
     }
     std::string tight = !tight_ ? ""
                         : fmt::format(" (tight{}, {} offloaded for their inner gaps)", recompute_ ? "" : ", swaps only",
-                                      inner_offloads_);
+                                      inner_offload_count_);
+    if (inner_offloads_) tight += fmt::format(" ({} offloaded for their inner gaps)", inner_offload_count_);
     if (!host_inner_gaps_) tight += " (host updates' weights stay between their reads)";
     if (guide_ != nullptr) tight += fmt::format(" (LP-guided, penalty {})", guide_->penalty);
     if (kept_sources_) {
@@ -1369,6 +1427,9 @@ class Planner {
   // tensor's size or less is kept from its last forward use to the recompute (extended), not
   // recomputed along; a source that is away by a decided recompute is recomputed before (pulled).
   const bool kept_sources_;
+  // Where a persistent tensor still lives on the device, its inner gaps are candidates, reached by
+  // offloading it first (Note [Inner offloads]); tight_ does the same with forced copies.
+  const bool inner_offloads_;
   const LpGuide* guide_;  // LP-guided variant (Note [LP-guided greedy]); null: none
   std::vector<OpId> extended_until_;  // per extended tensor: the last step the profile keeps it to
   const std::vector<OpId> host_ops_;
@@ -1388,7 +1449,7 @@ class Planner {
   std::vector<size_t> exact_stamp_;  // per gap: decided_ + 1 when its key is exact for this state
   size_t decided_ = 0;
   size_t pulled_ = 0;  // decided recomputes moved forward to a recompute that reads them (pull)
-  size_t inner_offloads_ = 0;  // tight: persistent tensors offloaded to take an inner gap away
+  size_t inner_offload_count_ = 0;  // persistent tensors offloaded to take an inner gap away
 };
 
 }  // namespace
@@ -1445,10 +1506,10 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
   std::optional<PlanAttempt> fitted;
   auto consider = [&](double weight, const std::vector<OpId>& host_ops, bool count_interference, bool tight = false,
                       bool recompute = true, bool host_inner_gaps = true, bool kept_sources = false,
-                      const planner::LpGuide* guide = nullptr) -> Result<double> {
+                      const planner::LpGuide* guide = nullptr, bool inner_offloads = false) -> Result<double> {
     if (fitted) return std::numeric_limits<double>::infinity();
     auto p = std::make_unique<planner::Planner>(ctx, facts, weight, host_ops, count_interference, tight, recompute,
-                                                host_inner_gaps, kept_sources, guide);
+                                                host_inner_gaps, kept_sources, guide, inner_offloads);
     FERRY_ASSIGN_OR_RETURN(PlanAttempt a, p->run(nullptr));
     if (first_fit && a.fits) {
       fitted = std::move(a);
@@ -1522,10 +1583,15 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
   // How much of the device's state must cross the link depends on the budget, so k is searched:
   // the cost model's balance (balanced_host_split) and a tenth of the updates either side with
   // every link weight; tenths of the updates with the middle weight, then twentieths around the
-  // fastest, then the other weights at the three fastest k.
+  // fastest, then the other weights at the three fastest k. Each split twice: as the other
+  // variants, and with inner offloads (Note [Inner offloads]); a k's time is the faster of the two.
   if (!split_order.empty() && !tuning.link_weights.empty()) {
     const size_t n = split_order.size();
     const double probe = tuning.link_weights[tuning.link_weights.size() / 2];
+    auto consider_inner = [&](double weight, const std::vector<OpId>& set) -> Result<double> {
+      if (!tuning.inner_offload_variants) return std::numeric_limits<double>::infinity();
+      return consider(weight, set, true, false, true, true, false, nullptr, /*inner_offloads=*/true);
+    };
     std::vector<double> tried(n + 1, -1);  // per k: simulated time (-1: not tried)
     auto prefix = [&](size_t k) {
       std::vector<OpId> set(split_order.begin(), split_order.begin() + static_cast<std::ptrdiff_t>(k));
@@ -1534,7 +1600,9 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
     };
     auto try_k = [&](size_t k) -> Status {
       if (k == 0 || k >= n || tried[k] >= 0) return Status::Ok();
-      FERRY_ASSIGN_OR_RETURN(tried[k], consider(probe, prefix(k), true));
+      FERRY_ASSIGN_OR_RETURN(const double plain, consider(probe, prefix(k), true));
+      FERRY_ASSIGN_OR_RETURN(const double inner, consider_inner(probe, prefix(k)));
+      tried[k] = std::min(plain, inner);
       return Status::Ok();
     };
     auto fastest = [&] {
@@ -1548,7 +1616,10 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
     for (size_t k : {balanced, balanced > n / 10 ? balanced - n / 10 : 0, balanced + n / 10}) {
       if (k == 0 || k >= n || every_weight[k]) continue;
       every_weight[k] = true;
-      for (double weight : tuning.link_weights) FERRY_RETURN_IF_ERROR(consider(weight, prefix(k), true).status());
+      for (double weight : tuning.link_weights) {
+        FERRY_RETURN_IF_ERROR(consider(weight, prefix(k), true).status());
+        FERRY_RETURN_IF_ERROR(consider_inner(weight, prefix(k)).status());
+      }
     }
     for (size_t i = 1; i < 10; ++i) FERRY_RETURN_IF_ERROR(try_k(n * i / 10));
     if (size_t k = fastest(); k != 0) {
@@ -1560,7 +1631,10 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
       const size_t k = fastest();
       if (k == 0 || !std::isfinite(tried[k])) break;
       for (double weight : tuning.link_weights)
-        if (weight != probe && !every_weight[k]) FERRY_RETURN_IF_ERROR(consider(weight, prefix(k), true).status());
+        if (weight != probe && !every_weight[k]) {
+          FERRY_RETURN_IF_ERROR(consider(weight, prefix(k), true).status());
+          FERRY_RETURN_IF_ERROR(consider_inner(weight, prefix(k)).status());
+        }
       tried[k] = std::numeric_limits<double>::infinity();  // out of the next rounds
     }
   }

@@ -56,6 +56,10 @@ struct FerryTuning {
   // kept to the recompute instead of recomputed along, and a recompute's source that another
   // recompute took away recomputed before it; keep whichever simulates faster.
   bool kept_source_variants = true;
+  // Also plan every host/link split with the device-updated tensors' inner gaps offered from the
+  // start, each reached by offloading the tensor first (Note [Inner offloads] in
+  // ferry_planner.cc); a split's time is the faster of the two.
+  bool inner_offload_variants = true;
   // Also plan every link weight (with the host updates of the fastest plans so far, kept sources
   // and the host updates' weights' inner gaps each off and on) guided by the lower bound's LP
   // relaxation: a move of a gap the relaxation does not take is scored up to 1 + penalty times as
