@@ -106,8 +106,8 @@ struct Gap {
 //   within one). An inner gap can only be away once the tensor is offloaded, since its swap-in
 //   needs the copy the offload's swap-out made in the previous iteration; so the greedy indexes
 //   inner gaps only once the cyclic gap is decided (apply()), and before that only in the tight
-//   fallback, with forced (waited-for) copies. At a peak inside every cyclic gap's complement,
-//   that order cannot get there: under a host/link split the device updates run after the whole
+//   fallback, with forced (waited-for) copies. At a peak that no cyclic gap of these tensors
+//   covers, that order cannot get there: under a host/link split the device updates run after the whole
 //   backward pass, and at the first of them (GPT-2's tied embedding, 824 MB with its gradient and
 //   Adam state) the weights of the later device updates are on the device from their backward
 //   read on. The cyclic gaps do not cover that step, the inner gaps are not candidates yet, and
@@ -117,7 +117,9 @@ struct Gap {
 //   gap, asked to be away at the iteration's last step) and then the inner swap (swap_option at
 //   the peak), their costs summed; apply() books the offload, then the inner swap against the
 //   bookings that include it. Run only for the host/link splits, beside the plain variant of each
-//   split, so that no plan that fitted before is lost.
+//   split tried. Which k the later rounds try depends on the faster of the two at each k, so the
+//   plans compared can differ from before; over the benchmark's matrix (2026-12-03) no cell got
+//   slower and only the cell above moved (bench/results/planner-inner-offloads-2026-12-03.md).
 
 // Note [LP-guided greedy]
 //   The greedy decides at the peak step one gap at a time by cost per byte; the LP relaxation of
