@@ -372,10 +372,6 @@ TEST(HostUpdatePlans, TheBoundTimesHostUpdatesAndCyclicCopies) {
   EXPECT_GT(host_updates_seen, 0u);
 }
 
-// A cell where ferry's plan is within 0.5% of the bound (GPT-2 medium, 1024 tokens, Adam, on the
-// A100 profile at 75% of its no-swap peak: 225.2 ms against 225.0, predicted), so a timing row
-// that charged more than the simulator can ever take shows here as a bound above the plan (the
-// cyclic copies' deadlines counted from the iteration's start did: 0.98x).
 // Inner offloads (Note [Inner offloads] in ferry_planner.cc, FerryTuning::inner_offload_variants):
 // under a host/link split the device updates run after the backward pass, and at the first of
 // them the weights of the later ones are still on the device from their backward read; reaching
@@ -426,6 +422,10 @@ TEST(HostUpdatePlans, InnerOffloadVariantsAreNeverSlowerAndWinACell) {
   EXPECT_GT(won, 0u) << "no cell was won by an inner-offload variant";
 }
 
+// A cell where ferry's plan is within 0.5% of the bound (GPT-2 medium, 1024 tokens, Adam, on the
+// A100 profile at 75% of its no-swap peak: 225.2 ms against 225.0, predicted), so a timing row
+// that charged more than the simulator can ever take shows here as a bound above the plan (the
+// cyclic copies' deadlines counted from the iteration's start did: 0.98x).
 TEST(HostUpdatePlans, TheBoundStaysBelowAPlanCloseToIt) {
   const Graph g = gpt2_medium_adam();
   const CostModel cost(load_profile("a100-40gb-pcie4").value());

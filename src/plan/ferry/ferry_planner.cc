@@ -414,7 +414,8 @@ class Planner {
         if (!gap.cyclic) add_gap(gap.tensor, gap.from, gap.to, false, host_inner_gaps_);
         continue;
       }
-      // Tight: a persistent tensor's inner gaps too, reached by offloading it first (evaluate).
+      // Tight or with inner offloads: a persistent tensor's inner gaps too, reached by offloading
+      // it first (evaluate).
       add_gap(gap.tensor, gap.from, gap.to, gap.cyclic,
               gap.cyclic || !g_.tensor(gap.tensor).persistent() || tight_ || inner_offloads_);
     }
@@ -707,11 +708,10 @@ class Planner {
     if (gap.move() == Move::kRecompute) return best;
     if (!gap.cyclic && g_.tensor(gap.tensor).persistent() && !ts_[idx(gap.tensor)].has_copy &&
         !host_operand_[idx(gap.tensor)]) {
-      // Tight: an inner gap of a persistent tensor that still lives on the device (a host update's
-      // operand lives in the host tier already), reached by offloading it (its cyclic gap, forced)
-      // and then taking this gap away (forced too).
-      if (tight_) consider(offload_then_away(gap));
-      else if (inner_offloads_) consider(offload_then_away(gap, s));
+      // Tight or with inner offloads: an inner gap of a persistent tensor that still lives on the
+      // device (a host update's operand lives in the host tier already), reached by offloading it
+      // (its cyclic gap) and then taking this gap away (offload_then_away).
+      if (tight_ || inner_offloads_) consider(offload_then_away(gap, s));
       return best;
     }
     if (swaps_allowed()) consider(swap_option(gap, s));
@@ -719,16 +719,17 @@ class Planner {
     return best;
   }
 
-  // Note [Inner offloads]: the same, booked on the links (a variant of plan_ferry's host/link
-  // splits): the cyclic gap's swap as swap_option books it at the iteration's end (or start), and
-  // the inner gap's swap-in as swap_option books it at s. apply() books them again in that order.
+  // (evaluate's case above: a persistent tensor, not offloaded, not a host update's operand.)
+  // Tight: both copies forced. With inner offloads (Note [Inner offloads]) both booked on the
+  // links: the cyclic gap's swap as swap_option books it at the iteration's end (or start), the
+  // inner gap's swap-in as swap_option books it at s; apply() books them again in that order.
   Option offload_then_away(const Gap& gap, int64_t s) const {
     if (!swaps_allowed()) return {};
     for (int c : ts_[idx(gap.tensor)].gaps) {
       const Gap& cyclic = gaps_[static_cast<size_t>(c)];
       if (!cyclic.cyclic || cyclic.move() != Move::kKeep) continue;
-      const Option offload = swap_option(cyclic, offload_step(cyclic));
-      Option o = swap_option(gap, s);
+      const Option offload = tight_ ? forced_option(cyclic) : swap_option(cyclic, offload_step(cyclic));
+      Option o = tight_ ? forced_option(gap) : swap_option(gap, s);
       if (!offload.ok || !o.ok) return {};
       o.cost_us += offload.cost_us;
       o.offload_gap = c;
@@ -744,21 +745,6 @@ class Planner {
     return cyclic.from < last ? last : 0;
   }
 
-  // (evaluate's case above: a persistent tensor, not offloaded, not a host update's operand.)
-  Option offload_then_away(const Gap& gap) const {
-    if (!swaps_allowed()) return {};
-    for (int c : ts_[idx(gap.tensor)].gaps) {
-      const Gap& cyclic = gaps_[static_cast<size_t>(c)];
-      if (!cyclic.cyclic || cyclic.move() != Move::kKeep) continue;
-      const Option offload = forced_option(cyclic);
-      Option o = forced_option(gap);
-      if (!offload.ok || !o.ok) return {};
-      o.cost_us += offload.cost_us;
-      o.offload_gap = c;
-      return o;
-    }
-    return {};
-  }
 
   // ---- greedy ----
 
@@ -1590,9 +1576,13 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
   if (!split_order.empty() && !tuning.link_weights.empty()) {
     const size_t n = split_order.size();
     const double probe = tuning.link_weights[tuning.link_weights.size() / 2];
-    auto consider_inner = [&](double weight, const std::vector<OpId>& set) -> Result<double> {
-      if (!tuning.inner_offload_variants) return std::numeric_limits<double>::infinity();
-      return consider(weight, set, true, false, true, true, false, nullptr, /*inner_offloads=*/true);
+    // A split as the other variants and with inner offloads; the faster of the two.
+    auto consider_split = [&](double weight, const std::vector<OpId>& set) -> Result<double> {
+      FERRY_ASSIGN_OR_RETURN(const double plain, consider(weight, set, true));
+      if (!tuning.inner_offload_variants) return plain;
+      FERRY_ASSIGN_OR_RETURN(const double inner,
+                             consider(weight, set, true, false, true, true, false, nullptr, /*inner_offloads=*/true));
+      return std::min(plain, inner);
     };
     std::vector<double> tried(n + 1, -1);  // per k: simulated time (-1: not tried)
     auto prefix = [&](size_t k) {
@@ -1602,9 +1592,7 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
     };
     auto try_k = [&](size_t k) -> Status {
       if (k == 0 || k >= n || tried[k] >= 0) return Status::Ok();
-      FERRY_ASSIGN_OR_RETURN(const double plain, consider(probe, prefix(k), true));
-      FERRY_ASSIGN_OR_RETURN(const double inner, consider_inner(probe, prefix(k)));
-      tried[k] = std::min(plain, inner);
+      FERRY_ASSIGN_OR_RETURN(tried[k], consider_split(probe, prefix(k)));
       return Status::Ok();
     };
     auto fastest = [&] {
@@ -1618,10 +1606,7 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
     for (size_t k : {balanced, balanced > n / 10 ? balanced - n / 10 : 0, balanced + n / 10}) {
       if (k == 0 || k >= n || every_weight[k]) continue;
       every_weight[k] = true;
-      for (double weight : tuning.link_weights) {
-        FERRY_RETURN_IF_ERROR(consider(weight, prefix(k), true).status());
-        FERRY_RETURN_IF_ERROR(consider_inner(weight, prefix(k)).status());
-      }
+      for (double weight : tuning.link_weights) FERRY_RETURN_IF_ERROR(consider_split(weight, prefix(k)).status());
     }
     for (size_t i = 1; i < 10; ++i) FERRY_RETURN_IF_ERROR(try_k(n * i / 10));
     if (size_t k = fastest(); k != 0) {
@@ -1633,10 +1618,7 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
       const size_t k = fastest();
       if (k == 0 || !std::isfinite(tried[k])) break;
       for (double weight : tuning.link_weights)
-        if (weight != probe && !every_weight[k]) {
-          FERRY_RETURN_IF_ERROR(consider(weight, prefix(k), true).status());
-          FERRY_RETURN_IF_ERROR(consider_inner(weight, prefix(k)).status());
-        }
+        if (weight != probe && !every_weight[k]) FERRY_RETURN_IF_ERROR(consider_split(weight, prefix(k)).status());
       tried[k] = std::numeric_limits<double>::infinity();  // out of the next rounds
     }
   }
