@@ -94,6 +94,12 @@ TEST_P(BoundExactFerry, BoundBelowExactBelowFerry) {
     EXPECT_TRUE(exact->fits || !exact->notes.starts_with("the MILP proves"))
         << "the MILP calls infeasible a budget ferry fits: " << exact->notes;
   }
+  // Whatever the MILP solved, its plan's live bytes stay within the budget its memory rows hold:
+  // the schedule does what the solution says, no more (a swap-in column on where the tensor is
+  // absent once brought the tensor back for good).
+  if (exact->notes.starts_with("MILP")) {
+    EXPECT_LE(exact->measure.live_peak_bytes, ctx.budget_bytes) << "the MILP's plan holds more than its rows: " << exact->notes;
+  }
   if (!exact->fits) return;
   EXPECT_TRUE(exact->proven_optimal) << exact->notes;
   EXPECT_LE(bound->us, simulated_us(ctx, exact->schedule) * (1 + 1e-9));

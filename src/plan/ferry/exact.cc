@@ -88,7 +88,7 @@ class ExactModel {
     presence_.assign(g_.tensors.size(), std::vector<Presence>(n_));
     rec_.assign(g_.tensors.size(), std::vector<int>(n_, -1));
     in_.assign(g_.tensors.size(), std::vector<int>(n_, -1));
-    out_.assign(g_.tensors.size(), -1);
+    out_.assign(g_.tensors.size(), {});
     offload_.assign(g_.tensors.size(), -1);
     std::vector<Terms> memory(n_);
     std::vector<double> memory_constant(n_, 0);
@@ -149,9 +149,22 @@ class ExactModel {
         }
         add_presence(t.id, s, {lp_.add_column(0, 1, 0, true), 0});
       }
+      // One swap-out, after any step it is on the device at (before its last: a copy made then
+      // brings nothing back); the copy stays valid (a transient never changes).
+      std::vector<int>& outs = out_[idx(t.id)];
       if (can_swap) {
-        out_[idx(t.id)] = lp_.add_column(0, 1, 0, true);
-        add_swap_out(t.id, first, out_[idx(t.id)], compute, d2h);
+        outs.assign(n_, -1);
+        Terms once;
+        for (OpId s = first; s < last; ++s) {
+          const int o = outs[static_cast<size_t>(s)] = lp_.add_column(0, 1, 0, true);
+          once.emplace_back(o, 1.0);
+          Terms row{{o, 1.0}};
+          double rhs = 0;
+          append(row, presence_[idx(t.id)][static_cast<size_t>(s)], -1.0, rhs);
+          add_le(row, rhs);
+          add_swap_out(t.id, s, o, compute, d2h);
+        }
+        add_le(once, 1);
       }
       for (OpId s = first + 1; s <= last; ++s) {
         const Presence prev = presence_[idx(t.id)][static_cast<size_t>(s) - 1];
@@ -167,7 +180,9 @@ class ExactModel {
         }
         if (can_swap && s > first + 1) {
           const int i = in_[idx(t.id)][static_cast<size_t>(s)] = lp_.add_column(0, 1, 0, true);
-          lp_.add_row({{i, 1.0}, {out_[idx(t.id)], -1.0}}, -kInfinity, 0);
+          Terms copied{{i, 1.0}};  // a copy issued at least a stage before
+          for (OpId k = first; k + 1 < s; ++k) copied.emplace_back(outs[static_cast<size_t>(k)], -1.0);
+          add_le(copied, 0);
           row.emplace_back(i, -1.0);
           add_swap_in(t.id, s, i, accessed(s), compute, h2d);
         }
@@ -229,6 +244,10 @@ class ExactModel {
     append(row, presence_[idx(t)][next], -1.0, rhs);
     add_le(row, rhs);
     lp_.add_row({{w, 1.0}, {o, -1.0}}, -kInfinity, 0);  // w <= o
+    Terms stays{{w, 1.0}};  // w <= 1 - P[t, next]: a copy of a tensor that stays overlaps the next stage
+    double stays_rhs = 1;
+    append(stays, presence_[idx(t)][next], 1.0, stays_rhs);
+    add_le(stays, stays_rhs);
     compute[static_cast<size_t>(after)].emplace_back(w, out_us(t));
     d2h[next].emplace_back(o, out_us(t));
     d2h[next].emplace_back(w, -out_us(t));
@@ -262,8 +281,8 @@ class ExactModel {
         s.offloaded.push_back({t.id, ctx_.tier});
         const std::vector<OpId>& a = acc_.steps[v];
         for (size_t k = 0; k < n_; ++k) {
-          if (on(in_[v][k])) add_before(s, static_cast<OpId>(k), swap_in_action(t.id, ctx_.tier));
           const bool here = present(t.id, k);
+          if (here && on(in_[v][k])) add_before(s, static_cast<OpId>(k), swap_in_action(t.id, ctx_.tier));
           const bool next = k + 1 < n_ && present(t.id, k + 1);
           if (here && static_cast<OpId>(k) == a.back() && f_.g().op(a.back()).writes(t.id))
             add_after(s, static_cast<OpId>(k), swap_out_action(t.id, ctx_.tier));
@@ -272,15 +291,15 @@ class ExactModel {
         continue;
       }
       if (first_[v] < 0) continue;
-      if (on(out_[v])) {
-        if (f_.producer[v] == kNoOp)
-          add_before(s, 0, swap_out_action(t.id, ctx_.tier));
-        else
-          add_after(s, f_.producer[v], swap_out_action(t.id, ctx_.tier));
-      }
+      for (size_t k = 0; k < out_[v].size(); ++k)
+        if (on(out_[v][k])) add_after(s, static_cast<OpId>(k), swap_out_action(t.id, ctx_.tier));
       for (OpId k = first_[v] + 1; k <= last_[v]; ++k) {
         if (present(t.id, static_cast<size_t>(k) - 1) && !present(t.id, static_cast<size_t>(k)))
           add_after(s, k - 1, release_action(t.id));
+        // A swap-in or recompute column may be on where the tensor is not present: the MILP
+        // paid for a copy it does not use (its rows bound presence by them, not the converse).
+        // Scheduled, it would bring the tensor back for good (no release follows an absence).
+        if (!present(t.id, static_cast<size_t>(k))) continue;
         if (on(rec_[v][static_cast<size_t>(k)])) add_before(s, k, recompute_action(t.id));
         if (on(in_[v][static_cast<size_t>(k)])) add_before(s, k, swap_in_action(t.id, ctx_.tier));
       }
@@ -296,8 +315,8 @@ class ExactModel {
   planner::TensorAccesses acc_;
   std::vector<OpId> first_, last_;
   std::vector<std::vector<Presence>> presence_;
-  std::vector<std::vector<int>> rec_, in_;
-  std::vector<int> out_, offload_;
+  std::vector<std::vector<int>> rec_, in_, out_;  // out_[t][s]: swapped out after step s
+  std::vector<int> offload_;
 };
 
 }  // namespace

@@ -6,10 +6,13 @@
 //   P[t,s]  tensor t is on the device while op s runs      (fixed 1 where op s reads or writes t)
 //   R[t,s]  t is recomputed before op s                     (its producer's inputs on the device)
 //   I[t,s]  t is swapped in before op s                     (needs a copy: O[t], or t offloaded)
-//   O[t]    transient t is swapped out after its producer   Z[p]: persistent p lives in the tier
+//   O[t,s]  transient t is swapped out after op s (at most once, where it is on the device; a
+//           swap-in needs one a stage before it)            Z[p]: persistent p lives in the tier
 //   P[t,s] <= P[t,s-1] + R[t,s] + I[t,s]            (present only if it stayed or came back)
 //   a swap-in lands during its stage (no I at a step that reads t: the op would wait for it); a
-//   swap-out runs in the stage after its producer, during which t stays on the device
+//   swap-out runs in the next stage if t stays on the device then, else in its own stage, serial
+//   (t's release waits for it); the schedule takes a swap-in or recompute only where the
+//   solution has t present
 //   sum_t bytes(t) P[t,s] + scratch(s) <= budget    (every step)
 //   d[s] >= op time + recompute time in stage s,  d[s] >= swap-in time in s,  d[s] >= swap-out time
 //   in s
