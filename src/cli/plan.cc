@@ -503,6 +503,11 @@ int run_plan(const PlanOptions& given) {
     j["ssd_direct"] = s.tier == Tier::kSsd && s.hw.storage.device_direct;  // raw SSD copies planned in place
     j["seconds"] = {{"planning", times.plan_s}, {"simulation", times.simulate_s}, {"bound", times.bound_s},
                     {"bound_within_planning", times.bound_reused}};
+    if (o.policy == "checkmate" || o.policy == "ferry-exact")  // the MILP's own account of its plan
+      j["solver"] = {{"proven_optimal", planned->report.proven_optimal},
+                     {"mip_gap", planned->report.mip_gap},
+                     {"solve_seconds", planned->report.solve_seconds},
+                     {"notes", planned->report.notes}};
     if (o.explain) j["decisions"] = decisions_json(s.graph, explain_schedule(s.graph, cost, schedule, &*r));
     std::printf("%s\n", j.dump(2).c_str());
   } else {

@@ -579,6 +579,22 @@ TEST(Cli, OptionsWithoutEffectAreRefused) {
   EXPECT_EQ(ferry(planned + " --tier ssd --ssd-dir /tmp --checksum").code, 0);
 }
 
+// The MILP's policies say in --json what the solver proved; the other policies have no solver.
+TEST(Cli, PlanJsonGivesTheMilpSolversAccount) {
+  const std::string trace = std::string(FERRY_SOURCE_DIR) + "/docs/examples/tiny-trace.json";
+  Output exact = ferry("plan --trace " + trace + " --budget 90% --policy ferry-exact --json");
+  ASSERT_EQ(exact.code, 0) << exact.out;
+  const auto e = nlohmann::json::parse(exact.out);
+  ASSERT_TRUE(e.contains("solver")) << exact.out;
+  EXPECT_TRUE(e["solver"]["proven_optimal"].get<bool>()) << "a 17-op graph solves to optimality";
+  EXPECT_EQ(e["solver"]["mip_gap"].get<double>(), 0.0);
+  EXPECT_GT(e["solver"]["solve_seconds"].get<double>(), 0.0);
+  EXPECT_NE(e["solver"]["notes"].get<std::string>().find("(optimal)"), std::string::npos);
+  Output ferry_plan = ferry("plan --trace " + trace + " --budget 90% --policy ferry --json");
+  ASSERT_EQ(ferry_plan.code, 0) << ferry_plan.out;
+  EXPECT_FALSE(nlohmann::json::parse(ferry_plan.out).contains("solver"));
+}
+
 // --budget 33%: a share of the no-swap peak of that model and shape, with the backend's sizes;
 // the JSON gives the resolved bytes and the request.
 TEST(Cli, TrainBudgetAsAPercentageOfTheNoSwapPeak) {
