@@ -1663,7 +1663,16 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
   // device where it runs beside its reader's working set, can be what does not fit (the greedy
   // never takes a recompute back): also swaps only. Only here, so that no budget at which the
   // main variants fit gets another plan.
-  if (!best.attempt->fits && ctx.budget_bytes != 0 && !ctx.recompute_only)
+  // Before them, and beside them, the inner offloads of the splits (Note [Inner offloads]) for
+  // every host set and weight: a greedy stuck where a persistent tensor's inner gap would free
+  // the step (an MLP's large weights between their forward and backward reads, all updates on
+  // the device) fits with booked copies, where tight would force them.
+  const bool none_fitted = !best.attempt->fits && ctx.budget_bytes != 0 && !ctx.recompute_only;
+  if (none_fitted && tuning.inner_offload_variants)
+    for (const std::vector<OpId>& set : host_sets)
+      for (double weight : tuning.link_weights)
+        FERRY_RETURN_IF_ERROR(consider(weight, set, true, false, true, true, false, nullptr, /*inner_offloads=*/true).status());
+  if (none_fitted)
     for (bool recompute : {true, false})
       for (const std::vector<OpId>& set : host_sets)
         for (double weight : tuning.link_weights)
