@@ -104,7 +104,8 @@ TEST_P(BoundExactFerry, BoundBelowExactBelowFerry) {
   if (!exact->fits) return;
   EXPECT_TRUE(exact->proven_optimal) << exact->notes;
   EXPECT_LE(bound->us, simulated_us(ctx, exact->schedule) * (1 + 1e-9));
-  if (!ferry->fits) return;
+  // An optimum solved with the rows lowered for placement is of a narrower space than ferry's.
+  if (!ferry->fits || exact->notes.find("memory rows lowered") != std::string::npos) return;
   Result<double> exact_stage = stage_time(ctx, *facts, exact->schedule);
   Result<double> ferry_stage = stage_time(ctx, *facts, ferry->schedule);
   ASSERT_TRUE(exact_stage.ok() && ferry_stage.ok());

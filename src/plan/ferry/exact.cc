@@ -29,7 +29,9 @@ struct Presence {
 
 class ExactModel {
  public:
-  ExactModel(const PlanContext& ctx, const PlanFacts& facts) : ctx_(ctx), f_(facts), g_(facts.g()), n_(g_.ops.size()) {}
+  // rows_budget: what the memory rows allow (the budget, or less: plan_exact's placement retries).
+  ExactModel(const PlanContext& ctx, const PlanFacts& facts, uint64_t rows_budget)
+      : ctx_(ctx), f_(facts), g_(facts.g()), n_(g_.ops.size()), rows_budget_(rows_budget) {}
 
   Result<PlanAttempt> run(const ExactOptions& o) {
     build();
@@ -202,7 +204,7 @@ class ExactModel {
         }
       }
     // Memory and stage times.
-    const double budget = static_cast<double>(ctx_.budget_bytes) / kMiB;
+    const double budget = static_cast<double>(rows_budget_) / kMiB;
     Terms objective;
     for (size_t s = 0; s < n_; ++s) {
       const double scratch =
@@ -311,6 +313,7 @@ class ExactModel {
   const PlanFacts& f_;
   const Graph& g_;
   const size_t n_;
+  const uint64_t rows_budget_;
   LinearProgram lp_;
   planner::TensorAccesses acc_;
   std::vector<OpId> first_, last_;
@@ -326,7 +329,27 @@ Result<PlanAttempt> plan_exact(const PlanContext& ctx, const PlanFacts& facts, c
     return Status::Unsupported(fmt::format("ferry-exact solves graphs of at most {} ops; '{}' has {} (use ferry)",
                                            options.max_ops, facts.g().info.model, facts.g().ops.size()));
   if (ctx.budget_bytes == 0) return finish_attempt(ctx, facts, empty_schedule(ctx, "ferry-exact"));
-  return ExactModel(ctx, facts).run(options);
+  FERRY_ASSIGN_OR_RETURN(PlanAttempt a, ExactModel(ctx, facts, ctx.budget_bytes).run(options));
+  // The memory rows count live bytes; placement can need a little more (fragmentation). A plan
+  // whose live bytes fit but whose placement does not is solved again, at most twice, with the
+  // rows lowered by the excess; a retry that finds no plan leaves the first attempt. A lowered
+  // solve's optimum is of a narrower space than the budget's: the notes say so.
+  uint64_t rows = ctx.budget_bytes;
+  double seconds = a.solve_seconds;
+  for (int retry = 0; retry < 2 && a.notes.starts_with("MILP") && !a.fits &&
+                      a.measure.live_peak_bytes <= ctx.budget_bytes && a.measure.device_bytes > ctx.budget_bytes;
+       ++retry) {
+    const uint64_t excess = a.measure.device_bytes - ctx.budget_bytes;
+    if (excess >= rows) break;
+    rows -= excess;
+    FERRY_ASSIGN_OR_RETURN(PlanAttempt b, ExactModel(ctx, facts, rows).run(options));
+    seconds += b.solve_seconds;
+    if (!b.notes.starts_with("MILP")) break;
+    b.notes += fmt::format("; memory rows lowered by {} bytes for placement", ctx.budget_bytes - rows);
+    a = std::move(b);
+  }
+  a.solve_seconds = seconds;
+  return a;
 }
 
 Result<double> stage_time(const PlanContext& ctx, const PlanFacts& facts, const Schedule& schedule) {

@@ -35,7 +35,10 @@ struct ExactOptions {
 };
 
 // Plans ctx exactly. The attempt's notes give the solver's status, objective, bound and gap;
-// solve_seconds, mip_gap and proven_optimal are set. Errors: Unsupported without CBC or above
+// solve_seconds, mip_gap and proven_optimal are set. A solution whose live bytes fit but whose
+// placement does not (fragmentation) is solved again with the memory rows lowered by the excess,
+// at most twice ("memory rows lowered by N bytes" in the notes: its optimum is of that narrower
+// space; solve_seconds counts every solve). Errors: Unsupported without CBC or above
 // max_ops; an infeasible budget is an attempt that does not fit.
 Result<PlanAttempt> plan_exact(const PlanContext& ctx, const PlanFacts& facts, const ExactOptions& options = {});
 
