@@ -10,7 +10,9 @@ targets=()
 case ${1:-} in
   --sanitize)
     dir="$root/build-asan"
-    args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DFERRY_SANITIZE=ON)
+    # -O1 -g1 (line tables, enough for the sanitizers' stack traces): ferry_planner.cc compiled in
+    # 28 s against 44 s at RelWithDebInfo's -O2 -g, with objects half the size (2026-12-04).
+    args=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DFERRY_SANITIZE=ON "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG")
     ;;
   --tsan)
     dir="$root/build-tsan"
