@@ -183,6 +183,12 @@ class Planner {
         host_inner_gaps_(host_inner_gaps), kept_sources_(kept_sources), inner_offloads_(inner_offloads),
         guide_(guide), host_ops_(std::move(host_ops)) {}
 
+  // Tensors whose gaps are never candidates (Note [Stall bans]): they stay on the device. Before run().
+  void ban(const std::vector<TensorId>& tensors) {
+    banned_.assign(g_.tensors.size(), false);
+    for (TensorId t : tensors) banned_[idx(t)] = true;
+  }
+
   Result<PlanAttempt> run(std::vector<PlanDecision>* decisions) {
     if (ctx_.budget_bytes == 0) return finish_attempt(ctx_, f_, empty_schedule(ctx_, "ferry"));
     setup();
@@ -441,6 +447,7 @@ class Planner {
   // Where a gap could be away, before any booking.
   void index_gap(int id, CandidateKey key) {
     const Gap& gap = gaps_[static_cast<size_t>(id)];
+    if (!banned_.empty() && banned_[idx(gap.tensor)]) return;
     if (gap.cyclic) {
       index_->insert(id, gap.version, gap.from + 1, static_cast<int64_t>(n_) - 1, key);
       index_->insert(id, gap.version, 0, gap.to - 1, key);
@@ -1438,6 +1445,7 @@ class Planner {
   size_t decided_ = 0;
   size_t pulled_ = 0;  // decided recomputes moved forward to a recompute that reads them (pull)
   size_t inner_offload_count_ = 0;  // persistent tensors offloaded to take an inner gap away
+  std::vector<bool> banned_;  // per tensor (empty: none): kept on the device (ban())
 };
 
 }  // namespace
@@ -1452,11 +1460,19 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
                                std::vector<PlanDecision>* decisions, const LowerBound* given_bound) {
   // A variant's plan, the planner that made it (for the polish), its simulated time (infinity when
   // it does not fit) and its host updates.
+  // How a variant's planner was made (consider's arguments), so that it can be made again.
+  struct Config {
+    double weight = 0;
+    bool count_interference = true, tight = false, recompute = true, host_inner_gaps = true, kept_sources = false;
+    const planner::LpGuide* guide = nullptr;
+    bool inner_offloads = false;
+  };
   struct Variant {
     std::optional<PlanAttempt> attempt;
     std::unique_ptr<planner::Planner> planner;
     double us = std::numeric_limits<double>::infinity();
     std::vector<OpId> host_ops;
+    Config config;
   };
   Variant best;
   // The fastest fitting plan with another set of host updates than the winner's: polished too,
@@ -1496,6 +1512,7 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
                       bool recompute = true, bool host_inner_gaps = true, bool kept_sources = false,
                       const planner::LpGuide* guide = nullptr, bool inner_offloads = false) -> Result<double> {
     if (fitted) return std::numeric_limits<double>::infinity();
+    const Config config{weight, count_interference, tight, recompute, host_inner_gaps, kept_sources, guide, inner_offloads};
     auto p = std::make_unique<planner::Planner>(ctx, facts, weight, host_ops, count_interference, tight, recompute,
                                                 host_inner_gaps, kept_sources, guide, inner_offloads);
     FERRY_ASSIGN_OR_RETURN(PlanAttempt a, p->run(nullptr));
@@ -1509,15 +1526,15 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
       us = sim.iteration_us;
     }
     if (guide != nullptr) {
-      if (a.fits && us < guided.us) guided = Variant{std::move(a), std::move(p), us, host_ops};
+      if (a.fits && us < guided.us) guided = Variant{std::move(a), std::move(p), us, host_ops, config};
       return us;
     }
     if (kept_sources) {
-      if (a.fits && us < sourced.us) sourced = Variant{std::move(a), std::move(p), us, host_ops};
+      if (a.fits && us < sourced.us) sourced = Variant{std::move(a), std::move(p), us, host_ops, config};
       return us;
     }
     if (!host_inner_gaps) {
-      if (a.fits && us < kept_weights.us) kept_weights = Variant{std::move(a), std::move(p), us, host_ops};
+      if (a.fits && us < kept_weights.us) kept_weights = Variant{std::move(a), std::move(p), us, host_ops, config};
       return us;
     }
     const std::optional<PlanAttempt>& b = best.attempt;
@@ -1525,9 +1542,9 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
                         (!a.fits && !b->fits && a.measure.device_bytes < b->measure.device_bytes);
     if (better) {
       if (b && b->fits && best.host_ops != host_ops) second = std::move(best);
-      best = Variant{std::move(a), std::move(p), us, host_ops};
+      best = Variant{std::move(a), std::move(p), us, host_ops, config};
     } else if (a.fits && us < second.us && best.host_ops != host_ops) {
-      second = Variant{std::move(a), std::move(p), us, host_ops};
+      second = Variant{std::move(a), std::move(p), us, host_ops, config};
     }
     return us;
   };
@@ -1760,6 +1777,72 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
       FERRY_ASSIGN_OR_RETURN(guided.us, simulated_us(guided));
     }
     if (guided.attempt->fits && guided.us < best.us) best = std::move(guided);
+  }
+  // Note [Stall bans]
+  //   The greedy scores a gap by its estimated cost per byte at the peak step. Where a copy has no
+  //   window (a gradient read one step after it is made), the estimate is the copy's time as a
+  //   stall, and on a link that other copies keep busy the simulated wait is longer than that; a
+  //   weight's inner gap at the same peaks, reached by offloading it (Note [Inner offloads]), is
+  //   estimated dearer per byte and loses. On a generated 7-layer MLP at 50% (cpu-local, this
+  //   machine's backend sizes) the winner swapped three 2 MiB input gradients for one step each,
+  //   waiting 1.1 ms for them, where ferry-exact offloads three weights: 12.83 ms against 12.29.
+  //   So the winner's variant is planned once more with the transients its simulation waits for
+  //   longest (at most kMaxStallBans, where they wait kMinBannedWait of the iteration or more)
+  //   kept on the device: its greedy then takes other gaps at those peaks. The plan is polished
+  //   like the winner and taken only where it fits and then simulates faster.
+  if (best.attempt->fits && polishing && tuning.stall_ban_variant && !ctx.recompute_only) {
+    constexpr size_t kMaxStallBans = 3;
+    constexpr double kMinBannedWait = 0.01;
+    FERRY_ASSIGN_OR_RETURN(const SimResult sim, simulate_for_planning(ctx, facts, best.attempt->schedule));
+    best.us = sim.iteration_us;
+    std::vector<std::pair<double, TensorId>> waits;
+    for (size_t t = 0; t < sim.swap_in_wait_us.size(); ++t) {
+      const double w = sim.swap_in_wait_us[t] + (t < sim.swap_out_wait_us.size() ? sim.swap_out_wait_us[t] : 0.0);
+      if (w > 0.5 && !facts.g().tensors[t].persistent()) waits.emplace_back(w, static_cast<TensorId>(t));
+    }
+    std::sort(waits.begin(), waits.end(), std::greater<>());
+    if (waits.size() > kMaxStallBans) waits.resize(kMaxStallBans);
+    double waited = 0;
+    std::vector<TensorId> longest;
+    for (auto [w, t] : waits) {
+      waited += w;
+      longest.push_back(t);
+    }
+    // All of them kept, and each alone: keeping all can leave a peak where nothing else can go.
+    std::vector<std::vector<TensorId>> sets;
+    if (longest.size() > 1) sets.push_back(longest);
+    for (TensorId t : longest) sets.push_back({t});
+    if (waited < kMinBannedWait * best.us) sets.clear();
+    Variant banned;  // the fastest fitting plan over the sets, before its polish
+    size_t banned_count = 0;
+    for (const std::vector<TensorId>& set : sets) {
+      const Config& c = best.config;
+      auto p = std::make_unique<planner::Planner>(ctx, facts, c.weight, best.host_ops, c.count_interference, c.tight,
+                                                  c.recompute, c.host_inner_gaps, c.kept_sources, c.guide,
+                                                  c.inner_offloads);
+      p->ban(set);
+      FERRY_ASSIGN_OR_RETURN(PlanAttempt a, p->run(nullptr));
+      if (!a.fits) continue;
+      FERRY_ASSIGN_OR_RETURN(const SimResult s, simulate_for_planning(ctx, facts, a.schedule));
+      if (s.iteration_us < banned.us) {
+        banned = Variant{std::move(a), std::move(p), s.iteration_us, best.host_ops, c};
+        banned_count = set.size();
+      }
+    }
+    if (banned.attempt) {
+      FERRY_RETURN_IF_ERROR(polish(banned));
+      FERRY_ASSIGN_OR_RETURN(banned.us, simulated_us(banned));
+      if (banned.attempt->fits && banned.us < best.us && tuning.max_recompute_polish_tries > 0) {
+        FERRY_RETURN_IF_ERROR(polish(banned, Polish::kRecomputes));
+        FERRY_ASSIGN_OR_RETURN(banned.us, simulated_us(banned));
+      }
+      if (banned.attempt->fits && banned.us < best.us) {
+        banned.attempt->notes +=
+            fmt::format("; {} stalled transient{} kept on the device (Note [Stall bans])", banned_count,
+                        banned_count == 1 ? "" : "s");
+        best = std::move(banned);
+      }
+    }
   }
   PlanAttempt& plan = *best.attempt;
   if (decisions != nullptr) *decisions = best.planner->explain();

@@ -60,6 +60,10 @@ struct FerryTuning {
   // start, each reached by offloading the tensor first (Note [Inner offloads] in
   // ferry_planner.cc); a split's time is the faster of the two.
   bool inner_offload_variants = true;
+  // Then the winner's variant once more with the transients whose copies its simulation waits for
+  // longest kept on the device (Note [Stall bans] in ferry_planner.cc), so that its greedy takes
+  // other gaps at those peaks; taken only where it fits and simulates faster after its own polish.
+  bool stall_ban_variant = true;
   // Also plan every link weight (with the host updates of the fastest plans so far, kept sources
   // and the host updates' weights' inner gaps each off and on) guided by the lower bound's LP
   // relaxation: a move of a gap the relaxation does not take is scored up to 1 + penalty times as
