@@ -9,6 +9,8 @@ table except the planning times is a prediction of Ferry's simulator, not a meas
 
 Usage:
   bench/planner_ab.py --before /tmp/ferry-before --after build/ferry --out bench/results/X.md
+  bench/planner_ab.py --before build/ferry --after build/ferry --after-args '--update-order interleaved' ...
+      # the same build with one more argument on the AFTER side, at the same budget bytes
   bench/planner_ab.py ... --quick     # resnet-mini and gpt2-mini on the A100 profile (a minute)
   bench/planner_ab.py --before-table bench/results/OLD.md --after build/ferry --out X.md
       # the "after" columns of an earlier table stand for BEFORE (half the time). Predicted times
@@ -28,8 +30,19 @@ DEFAULT_MODELS = ("resnet152 --batch 16;densenet264 --batch 16;bert-large --batc
                   "gpt2-medium --batch 1 --seq 1024 --optimizer adam;gpt2-xl --batch 1 --seq 1024 --optimizer adam")
 
 
-def plan(binary, model, profile, fraction, timeout):
-    cmd = [binary, "plan", "--model", *shlex.split(model), "--device", profile, "--budget", f"{fraction}%", "--json"]
+def budget_bytes(binary, model, profile, fraction):
+    """The bytes BINARY gives `--budget FRACTION%` for the model without extra arguments."""
+    p = subprocess.run([binary, "plan", "--model", *shlex.split(model), "--device", profile, "--policy", "none",
+                        "--budget", f"{fraction}%", "--json"], capture_output=True, text=True,
+                       env={"PATH": "/usr/bin:/bin"})
+    return json.loads(p.stdout)["budget_bytes"]
+
+
+def plan(binary, model, profile, fraction, timeout, extra=(), budget=None):
+    # With budget (bytes): that budget instead of the fraction (the same bytes for both sides when
+    # the extra arguments change the graph and so its own no-swap peak).
+    budget = f"{fraction}%" if budget is None else str(budget)
+    cmd = [binary, "plan", "--model", *shlex.split(model), *extra, "--device", profile, "--budget", budget, "--json"]
     start = time.monotonic()
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
@@ -58,6 +71,9 @@ def main():
     ap.add_argument("--fractions", default="75,50,33,25,10")
     ap.add_argument("--timeout", type=float, default=900)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--after-args", default="", help="more arguments for the AFTER side only (e.g. "
+                    "'--update-order interleaved'); both sides then plan the same bytes, the fraction of the "
+                    "no-swap peak of the model without them")
     a = ap.parse_args()
     if (a.before is None) == (a.before_table is None):
         ap.error("give one of --before and --before-table")
@@ -81,7 +97,9 @@ def main():
     for i, (profile, model, fraction) in enumerate(cells):
         b = (earlier.get((profile, model, fraction), {"error": "not in the table"}) if a.before_table
              else plan(a.before, model, profile, fraction, a.timeout))
-        c = plan(a.after, model, profile, fraction, a.timeout)
+        extra = shlex.split(a.after_args)
+        same_bytes = budget_bytes(a.after, model, profile, fraction) if extra else None
+        c = plan(a.after, model, profile, fraction, a.timeout, extra, same_bytes)
         print(f"[{i + 1}/{len(cells)}] {profile} {model} {fraction}%: {b.get('ms', b.get('error'))} -> "
               f"{c.get('ms', c.get('error'))}", file=sys.stderr, flush=True)
         if "ms" in b and "ms" in c:
@@ -106,6 +124,9 @@ def main():
             rows.append(f"| {profile} | --model {model} | {fraction}% | {b.get('ms', b.get('error'))} | "
                         f"{c.get('ms', c.get('error'))} | n/a | | | | |")
     with open(a.out, "w") as out:
+        if a.after_args:
+            out.write(f"'after' runs with `{a.after_args}`, at the bytes of the fraction of the no-swap peak without "
+                      "them; its gaps are to its own lower bound (of its graph).\n\n")
         if a.before_table:
             out.write(f"'before' columns: the 'after' columns of {a.before_table} (not run here); its planning times "
                       "were measured on another day.\n\n")

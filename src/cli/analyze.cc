@@ -11,6 +11,7 @@
 #include "common/file_io.h"
 #include "common/units.h"
 #include "graph/trace.h"
+#include "graph/update_order.h"
 
 namespace ferry::cli {
 
@@ -54,6 +55,7 @@ nlohmann::json to_json(const Graph& g, const Analysis& a) {
   if (g.info.seq) j["seq"] = g.info.seq;
   j["optimizer"] = std::string(to_string(g.info.optimizer));
   j["precision"] = std::string(to_string(g.info.precision));
+  j["update_order"] = std::string(to_string(update_order_of(g)));
   j["params"] = g.param_count();
   j["forward_macs"] = g.forward_macs();
   j["total_flops"] = g.total_flops();

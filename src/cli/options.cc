@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "graph/trace.h"
+#include "graph/update_order.h"
 #include "graph/zoo/zoo.h"
 
 namespace ferry::cli {
@@ -54,6 +55,13 @@ void add_graph_options(CLI::App* app, GraphOptions& o, const std::string& defaul
                   "convolutions read, NVIDIA's recipe) or nchw (PyTorch's default: every 16-bit convolution then pays "
                   "transposes of its operands and result, docs/cost-model.md). Changes no tensor and nothing the CPU "
                   "backend runs");
+  app->add_option("--update-order", o.update_order,
+                  "Where the optimizer's updates run: end (default for zoo models: after the whole backward pass, as "
+                  "optimizer.step() after loss.backward()) or interleaved (each update right after its gradient's "
+                  "last write and its weight's last read, as optimizer-in-backward hooks do: bitwise the same "
+                  "training, earlier-freed gradients, state that can stream in during the backward pass). A trace "
+                  "keeps its own order unless this is given")
+      ->check(CLI::IsMember({"end", "interleaved"}));
   for (CLI::Option* given_by_the_trace : {model, batch, image, seq, depth, optimizer})
     trace->excludes(given_by_the_trace);
   // Unset, these are 0 (the model's own); given, 0 would silently mean that default.
@@ -115,6 +123,26 @@ Status apply_trace_precision(const std::string& given, Graph& g) {
 
 }  // namespace
 
+namespace {
+
+// The graph in the order --update-order asks for; an end-order request on an interleaved trace
+// is refused (the pass moves updates earlier only, and a trace's order is its own record).
+Result<Graph> apply_update_order(const GraphOptions& o, Graph g) {
+  if (o.update_order.empty()) return g;
+  const std::optional<UpdateOrder> want = update_order_from_string(o.update_order);
+  if (!want)
+    return Status::InvalidArgument(
+        fmt::format("unknown update order '{}' (use end or interleaved)", o.update_order));
+  if (*want == UpdateOrder::kInterleaved) return interleave_updates(g);
+  if (update_order_of(g) != UpdateOrder::kEnd)
+    return Status::InvalidArgument(
+        "--update-order end: this trace's updates already run inside the backward pass, and Ferry does not move "
+        "updates later; record the trace with its updates at the end, or leave --update-order out");
+  return g;
+}
+
+}  // namespace
+
 Result<Graph> load_graph(const GraphOptions& o) {
   std::optional<Layout> layout;
   if (!o.layout.empty()) {
@@ -125,7 +153,7 @@ Result<Graph> load_graph(const GraphOptions& o) {
     FERRY_ASSIGN_OR_RETURN(Graph g, load_trace(o.trace));
     FERRY_RETURN_IF_ERROR(apply_trace_precision(o.precision, g));
     if (layout) g.info.layout = *layout;
-    return g;
+    return apply_update_order(o, std::move(g));
   }
   ModelConfig c;
   if (!o.precision.empty()) {
@@ -160,7 +188,7 @@ Result<Graph> load_graph(const GraphOptions& o) {
   c.train.lr = static_cast<float>(lr);
   FERRY_ASSIGN_OR_RETURN(Graph g, build_model(o.model, c));
   if (layout) g.info.layout = *layout;
-  return g;
+  return apply_update_order(o, std::move(g));
 }
 
 std::string describe(const Graph& g) {
@@ -172,6 +200,7 @@ std::string describe(const Graph& g) {
   parts.emplace_back(to_string(g.info.optimizer));
   if (g.info.precision != Precision::kFp32) parts.emplace_back(to_string(g.info.precision));
   if (g.info.layout != Layout::kNhwc) parts.emplace_back(to_string(g.info.layout));
+  if (update_order_of(g) == UpdateOrder::kInterleaved) parts.emplace_back("updates interleaved");
   return fmt::format("{} ({})", s, fmt::join(parts, ", "));
 }
 

@@ -19,6 +19,7 @@
 #include "common/units.h"
 #include "cost/cost_model.h"
 #include "cost/profile.h"
+#include "graph/update_order.h"
 #include "sim/simulator.h"
 #include "sim/timeline.h"
 #include "plan/explain.h"
@@ -140,6 +141,7 @@ nlohmann::json to_json(const SimResult& r, const PlanSetup& s) {
   j["budget_request"] = s.budget ? nlohmann::json(s.budget->text) : nlohmann::json();
   if (s.no_swap_peak_bytes > 0) j["no_swap_peak_bytes"] = s.no_swap_peak_bytes;
   j["precision"] = std::string(to_string(s.graph.info.precision));
+  j["update_order"] = std::string(to_string(update_order_of(s.graph)));
   j["iteration_ms"] = r.iteration_us / 1e3;
   j["compute_ms"] = r.compute_busy_us / 1e3;
   j["recompute_ms"] = r.recompute_us / 1e3;

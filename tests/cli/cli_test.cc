@@ -608,6 +608,41 @@ TEST(Cli, ExactPlanLowersItsRowsWherePlacementNeedsMore) {
   EXPECT_LE(j["peak_bytes"].get<uint64_t>(), j["budget_bytes"].get<uint64_t>());
 }
 
+// --update-order interleaved: the description and the JSON say so, training gives the same losses
+// as at the end, an exported trace keeps the order, and asking for end on it is refused.
+TEST(Cli, UpdateOrderInterleavedTrainsTheSameAndTravelsInTraces) {
+  const std::string model = "--model gpt2-mini --batch 2 --seq 16 --optimizer adam";
+  Output plan = ferry("plan " + model + " --update-order interleaved --json");
+  ASSERT_EQ(plan.code, 0) << plan.out;
+  EXPECT_EQ(nlohmann::json::parse(plan.out)["update_order"], "interleaved");
+  Output end = ferry("plan " + model + " --json");
+  ASSERT_EQ(end.code, 0) << end.out;
+  EXPECT_EQ(nlohmann::json::parse(end.out)["update_order"], "end");
+  Output human = ferry("plan " + model + " --update-order interleaved");
+  EXPECT_TRUE(has(human.out, "updates interleaved")) << human.out;
+  auto losses = [](const Output& o) {
+    EXPECT_EQ(o.code, 0) << o.out;
+    std::vector<double> v;
+    if (o.code != 0) return v;
+    const nlohmann::json j = nlohmann::json::parse(o.out);
+    for (const auto& it : j["iterations"]) v.push_back(it["loss"].get<double>());
+    return v;
+  };
+  const std::string train = "train " + model + " --iters 3 --seed 5 --json --no-progress";
+  const std::vector<double> at_end = losses(ferry(train));
+  EXPECT_EQ(losses(ferry(train + " --update-order interleaved")), at_end);
+  EXPECT_EQ(losses(ferry(train + " --update-order interleaved --budget 60%")), at_end);
+  const std::string trace = temp("interleaved.json");
+  Output exported = ferry("analyze " + model + " --update-order interleaved --export-trace " + trace);
+  ASSERT_EQ(exported.code, 0) << exported.out;
+  Output again = ferry("analyze --trace " + trace + " --json");
+  ASSERT_EQ(again.code, 0) << again.out;
+  EXPECT_EQ(nlohmann::json::parse(again.out)["update_order"], "interleaved");
+  expect_failure("plan --trace " + trace + " --update-order end", 2, "already run inside the backward pass");
+  expect_failure("plan " + model + " --update-order late", 2, "--update-order");
+  std::filesystem::remove(trace);
+}
+
 // --budget 33%: a share of the no-swap peak of that model and shape, with the backend's sizes;
 // the JSON gives the resolved bytes and the request.
 TEST(Cli, TrainBudgetAsAPercentageOfTheNoSwapPeak) {

@@ -15,6 +15,7 @@
 #include "cost/cost_model.h"
 #include "cost/profile.h"
 #include "data/data.h"
+#include "graph/update_order.h"
 #include "graph/zoo/zoo.h"
 #include "plan/ferry/host_updates.h"
 #include "plan/policies.h"
@@ -408,4 +409,41 @@ TEST(OffloadRules, LoweringRefusesSchedulesThatLoseStateOrStrandIt) {
 }
 
 }  // namespace
+// Updates interleaved with the backward pass (graph/update_order.h) train bitwise as at the end,
+// without a plan and with ferry's plans for the interleaved graph (on a GPU profile, where they
+// offload weights and state and run updates on the host) at half the interleaved graph's no-swap
+// peak and at ferry's smallest budget, within each budget.
+TEST(InterleavedUpdates, TrainBitwiseAsAtTheEndWithAndWithoutAPlan) {
+  for (const char* name : {"resnet-mini", "gpt2-mini"}) {
+    SCOPED_TRACE(name);
+    const Graph g = model(name);
+    Result<Graph> h = interleave_updates(g);
+    ASSERT_TRUE(h.ok()) << h.status().message();
+    ASSERT_EQ(update_order_of(*h), UpdateOrder::kInterleaved);
+    Result<Outcome> reference = train(g, nullptr);
+    ASSERT_TRUE(reference.ok()) << reference.status().message();
+    Result<Outcome> plain = train(*h, nullptr);
+    ASSERT_TRUE(plain.ok()) << plain.status().message();
+    expect_same_training(*plain, *reference);
+    const CpuSized sized = cpu_sized(*h);
+    const CostModel cost(load_profile("a100-40gb-pcie4").value());
+    PlanContext ctx{.graph = sized.graph, .cost = cost, .tier = Tier::kHost, .op_scratch_bytes = sized.scratch_bytes};
+    Result<PlanReport> none = plan_policy("none", ctx);
+    ASSERT_TRUE(none.ok()) << none.status().message();
+    Result<uint64_t> min = find_min_budget("ferry", ctx);
+    ASSERT_TRUE(min.ok()) << min.status().message();
+    for (uint64_t budget : {none->device_bytes / 2, *min}) {
+      SCOPED_TRACE(::testing::Message() << "budget " << budget);
+      ctx.budget_bytes = budget;
+      Result<PlanReport> plan = plan_policy("ferry", ctx);
+      ASSERT_TRUE(plan.ok()) << plan.status().message();
+      Result<Outcome> run = train(*h, &plan->schedule, false, budget);
+      ASSERT_TRUE(run.ok()) << run.status().message();
+      expect_same_training(*run, *reference);
+      EXPECT_LE(run->measured_peak, budget);
+      EXPECT_GT(run->swapped_in, 0u);
+    }
+  }
+}
+
 }  // namespace ferry
