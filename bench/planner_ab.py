@@ -31,11 +31,15 @@ DEFAULT_MODELS = ("resnet152 --batch 16;densenet264 --batch 16;bert-large --batc
 
 
 def budget_bytes(binary, model, profile, fraction):
-    """The bytes BINARY gives `--budget FRACTION%` for the model without extra arguments."""
+    """The bytes BINARY gives `--budget FRACTION%` for the model without extra arguments; None
+    where it refuses that budget (over the device's capacity)."""
     p = subprocess.run([binary, "plan", "--model", *shlex.split(model), "--device", profile, "--policy", "none",
                         "--budget", f"{fraction}%", "--json"], capture_output=True, text=True,
                        env={"PATH": "/usr/bin:/bin"})
-    return json.loads(p.stdout)["budget_bytes"]
+    try:
+        return json.loads(p.stdout)["budget_bytes"]
+    except json.JSONDecodeError:
+        return None
 
 
 def plan(binary, model, profile, fraction, timeout, extra=(), budget=None):
@@ -94,12 +98,13 @@ def main():
     rows, ratios, gaps_before, gaps_after = [], [], [], []
     faster = slower = same = 0
     cells = [(p, m, f) for p in a.profiles.split(",") for m in a.models.split(";") for f in a.fractions.split(",")]
+    extra = shlex.split(a.after_args)
     for i, (profile, model, fraction) in enumerate(cells):
         b = (earlier.get((profile, model, fraction), {"error": "not in the table"}) if a.before_table
              else plan(a.before, model, profile, fraction, a.timeout))
-        extra = shlex.split(a.after_args)
         same_bytes = budget_bytes(a.after, model, profile, fraction) if extra else None
-        c = plan(a.after, model, profile, fraction, a.timeout, extra, same_bytes)
+        c = (plan(a.after, model, profile, fraction, a.timeout, extra, same_bytes)
+             if not extra or same_bytes is not None else {"error": "budget refused"})
         print(f"[{i + 1}/{len(cells)}] {profile} {model} {fraction}%: {b.get('ms', b.get('error'))} -> "
               f"{c.get('ms', c.get('error'))}", file=sys.stderr, flush=True)
         if "ms" in b and "ms" in c:

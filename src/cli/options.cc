@@ -121,10 +121,6 @@ Status apply_trace_precision(const std::string& given, Graph& g) {
   return Status::Ok();
 }
 
-}  // namespace
-
-namespace {
-
 // The graph in the order --update-order asks for; an end-order request on an interleaved trace
 // is refused (the pass moves updates earlier only, and a trace's order is its own record).
 Result<Graph> apply_update_order(const GraphOptions& o, Graph g) {

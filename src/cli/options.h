@@ -31,10 +31,11 @@ void add_graph_options(CLI::App* app, GraphOptions& o, const std::string& defaul
 // Adds --lr (train only); it excludes --trace, whose update ops carry their own rates.
 void add_learning_rate_option(CLI::App* app, GraphOptions& o);
 // Builds the zoo model (in --precision) or loads the trace the options name. A trace keeps its own
-// precision; --precision may only switch an fp32 trace to tf32 or back (same tensors). Errors:
-// --update-order interleaved moves the updates into the backward pass (graph/update_order.h);
-// end puts a trace's interleaved updates back after it. InvalidArgument for an unknown model or optimizer, sizes out of range, a learning rate that is
-// not finite and > 0, a precision a trace cannot take.
+// precision; --precision may only switch an fp32 trace to tf32 or back (same tensors).
+// --update-order interleaved moves the updates into the backward pass (graph/update_order.h).
+// Errors: InvalidArgument for an unknown model or optimizer, sizes out of range, a learning rate
+// that is not finite and > 0, a precision a trace cannot take, --update-order end on a trace whose
+// updates run inside the backward pass (updates are never moved later).
 Result<Graph> load_graph(const GraphOptions& o);
 
 // The learning rate used when --lr is not given; see options.cc for where the numbers come from.

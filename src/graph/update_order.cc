@@ -16,8 +16,8 @@ namespace ferry {
 //   On GPT-2 medium (Adam, batch 1, seq 1024) the first update (the final layer norm's bias) moves
 //   from step 972 to step 417, four steps into the backward pass, and the 292 updates spread over
 //   it. Where it pays: a device update's state can stream in while the backward pass still
-//   computes, and each weight gradient dies at once instead of at the end. Measured figures
-//   (predicted iteration times) are in docs/planner.md.
+//   computes, and each weight gradient dies at once instead of at the end. It can also cost: the
+//   predicted figures of both kinds are in the README (`--update-order`).
 
 std::string_view to_string(UpdateOrder o) { return o == UpdateOrder::kEnd ? "end" : "interleaved"; }
 
