@@ -382,8 +382,10 @@ TEST(FerryPlanner, FrameworkSavedRestrictsWhatMovesAndWhen) {
 // Where copies slow the kernels (the CPU backend: compute interference), a hidden swap is no longer
 // free: the simulator stretches the ops beside copies (the plan made as if copies cost nothing is
 // predicted slower under the interference than without it), and the planner, which scores swaps
-// with what their copies add and judges every variant under the interference, swaps no more bytes
-// and gives a plan at least as fast under it as that blind plan.
+// with what their copies add and judges every variant under the interference, gives a plan
+// strictly faster under it than that blind plan at every budget, and swaps fewer bytes where the
+// budget leaves it the choice (at 80%; at 65% the two swap about the same bytes, different ones:
+// bytes are only a proxy, the time under the interference is what the planner answers for).
 TEST(FerryPlanner, CopiesThatSlowComputeMakeSwapsCostlier) {
   ModelConfig config;
   config.batch = 4;
@@ -408,10 +410,12 @@ TEST(FerryPlanner, CopiesThatSlowComputeMakeSwapsCostlier) {
             if (x.kind == ActionKind::kSwapOut) bytes += g.tensor(x.tensor).bytes;
       return bytes;
     };
-    EXPECT_LE(swapped_bytes(a.schedule), swapped_bytes(b.schedule));
+    if (fraction == 0.8) {
+      EXPECT_LT(swapped_bytes(a.schedule), swapped_bytes(b.schedule));
+    }
     EXPECT_LE(a.device_bytes, blind.budget_bytes);
     // Both plans timed under the interference (the blind one predicted faster than it runs).
-    EXPECT_LE(simulated_us(aware, a.schedule), simulated_us(aware, b.schedule));
+    EXPECT_LT(simulated_us(aware, a.schedule), simulated_us(aware, b.schedule));
     EXPECT_LT(simulated_us(blind, b.schedule), simulated_us(aware, b.schedule));
   }
 }
@@ -782,6 +786,41 @@ TEST(FerryPlanner, StallBansAreNeverSlowerAndWinACell) {
     }
   }
   EXPECT_GT(won, 0u) << "no budget was won by a stall-ban variant";
+}
+
+// Where the winner's variant keeps its weights on the device (no inner offloads), the stall bans
+// replan it with inner offloads too: keeping the 1-step gradients it waited for frees no other
+// transient, and the weights' inner gaps are what ferry-exact takes at those peaks. A 5-layer Adam
+// MLP (bench/exact_gap.py, seed 2's mlp5-r4): at 45% ferry was 1.12x ferry-exact's proven optimum
+// (3,191 us against 2,858, predicted) with the bans replanning only the winner's own variant.
+TEST(FerryPlanner, StallBansOffloadWeightsWithinThreePercentOfExact) {
+  const Graph g = load_trace(std::string(FERRY_SOURCE_DIR) + "/tests/plan/data/mlp5-adam.json").value();
+  const CostModel cost(load_profile("cpu-local").value());
+  PlanContext ctx{.graph = g, .cost = cost, .tier = Tier::kHost};
+  ctx.op_scratch_bytes = policy_test::backend_like_scratch(g);
+  ctx.options.checkmate_time_limit_s = 60;
+  const uint64_t full = policy_test::must_plan("none", ctx).device_bytes;
+  size_t compared = 0;
+  for (double fraction : {0.45, 0.4}) {
+    SCOPED_TRACE(::testing::Message() << "at " << 100 * fraction << "%");
+    ctx.budget_bytes = static_cast<uint64_t>(fraction * static_cast<double>(full));
+    Result<PlanFacts> f = make_plan_facts(ctx);
+    ASSERT_TRUE(f.ok());
+    Result<PlanAttempt> exact = plan_exact(ctx, *f);
+    Result<PlanAttempt> ferry = plan_ferry(ctx, *f);
+    ASSERT_TRUE(exact.ok() && ferry.ok());
+    if (std::getenv("FERRY_TEST_VERBOSE"))
+      std::fprintf(stderr, "%.2f: exact %s %.1f us (%s), ferry %.1f us\n", fraction, exact->fits ? "fits" : "does not fit",
+                   exact->fits ? simulated_us(ctx, exact->schedule) : -1.0, exact->notes.c_str(),
+                   ferry->fits ? simulated_us(ctx, ferry->schedule) : -1.0);
+    if (!exact->fits || !exact->proven_optimal || exact->notes.find("memory rows lowered") != std::string::npos)
+      continue;
+    ASSERT_TRUE(ferry->fits);
+    EXPECT_LE(ferry->measure.device_bytes, ctx.budget_bytes);
+    EXPECT_LE(simulated_us(ctx, ferry->schedule), 1.03 * simulated_us(ctx, exact->schedule)) << ferry->notes;
+    ++compared;
+  }
+  EXPECT_GT(compared, 0u);
 }
 
 }  // namespace
