@@ -337,6 +337,7 @@ std::string tiers_text(const TieredPlan& t) {
 struct PlanTimes {
   double plan_s = 0, simulate_s = 0, bound_s = 0;
   bool bound_reused = false;  // the planner solved the bound (bound_s is then part of plan_s)
+  bool bound_beside = false;  // the bound solved beside the planning (bound_s overlaps plan_s)
 };
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
@@ -379,7 +380,10 @@ void print_plan_summary(const PlanOptions& o, const PlanSetup& s, const TieredPl
     std::printf("  timeline written to %s (open it in Perfetto or chrome://tracing)\n", o.trace_out.c_str());
   if (!o.plot.empty()) std::printf("  memory plot written to %s\n", o.plot.c_str());
   std::printf("  took        planning %.2f s, simulation %.2f s, bound %.2f s%s (measured)\n", times.plan_s,
-              times.simulate_s, times.bound_s, times.bound_reused ? " (solved within planning)" : "");
+              times.simulate_s, times.bound_s,
+              times.bound_reused   ? " (solved within planning)"
+              : times.bound_beside ? " (solved beside planning)"
+                                   : "");
 }
 
 // --explain: every tensor the plan moves (JSON), or the ten costliest (human).
@@ -452,6 +456,11 @@ int run_plan(const PlanOptions& given) {
   }
   PlanTimes times;
   auto clock = std::chrono::steady_clock::now();
+  // The bound solves beside the planning (its LP in a child process, forked before the planner's
+  // threads start), unless the planner solves it for its own use.
+  Result<std::optional<PendingLowerBound>> beside = start_bound_beside(o.policy, ctx);
+  if (!beside.ok()) return report(beside.status());
+  times.bound_beside = beside->has_value();
   Result<TieredPlan> planned = plan_tiered(o.policy, ctx, host_budget);
   times.plan_s = seconds_since(clock);
   if (!planned.ok() && s.backend_sizes) planned = with_conv_hint(planned.status(), s.graph, s.backend_options);
@@ -491,10 +500,13 @@ int run_plan(const PlanOptions& given) {
   // The bound: no plan in Ferry's decision space at this budget is faster (plan/ferry/bound.h).
   // The portfolio may have solved it already (for ferry's LP-guided variants): that time is part of
   // planning's, and the bound's own time is the solver's.
+  // Solved beside the planning, its time is the solver's too (from the LP's start to its answer).
   clock = std::chrono::steady_clock::now();
-  times.bound_reused = planned->report.bound != nullptr;
-  Result<LowerBound> bound = times.bound_reused ? Result<LowerBound>(*planned->report.bound) : lower_bound(ctx);
-  times.bound_s = times.bound_reused ? bound->solve_seconds : seconds_since(clock);
+  times.bound_reused = !times.bound_beside && planned->report.bound != nullptr;
+  Result<LowerBound> bound = times.bound_beside   ? (*beside)->wait()
+                             : times.bound_reused ? Result<LowerBound>(*planned->report.bound)
+                                                  : lower_bound(ctx);
+  times.bound_s = times.bound_reused || (times.bound_beside && bound.ok()) ? bound->solve_seconds : seconds_since(clock);
   if (!bound.ok()) return report(bound.status());
   if (o.json) {
     nlohmann::json j = to_json(*r, s);
@@ -504,7 +516,7 @@ int run_plan(const PlanOptions& given) {
     j["tiers"] = tiers_json(*planned);
     j["ssd_direct"] = s.tier == Tier::kSsd && s.hw.storage.device_direct;  // raw SSD copies planned in place
     j["seconds"] = {{"planning", times.plan_s}, {"simulation", times.simulate_s}, {"bound", times.bound_s},
-                    {"bound_within_planning", times.bound_reused}};
+                    {"bound_within_planning", times.bound_reused}, {"bound_beside_planning", times.bound_beside}};
     if (o.policy == "checkmate" || o.policy == "ferry-exact")  // the MILP's own account of its plan
       j["solver"] = {{"proven_optimal", planned->report.proven_optimal},
                      {"mip_gap", planned->report.mip_gap},

@@ -10,7 +10,9 @@
 // (about a millisecond per GiB mapped), small next to a solve.
 #pragma once
 
+#include <chrono>
 #include <functional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -18,13 +20,39 @@
 
 namespace ferry {
 
-// Runs `work` in a child process and returns what it returned. `time_limit_s` is the solver's own
-// time limit: a child that has not answered within twice that and `grace_s` is stopped (SIGKILL);
-// no deadline where the limit is not a positive finite number.
+// A child process solving `work`, started by start() and answered by wait(): the caller goes on
+// with its own work in between (`ferry plan` solves the bound beside the planner's threads, which
+// it starts after the fork). `time_limit_s` is the solver's own time limit: a child that has not
+// answered within twice that and `grace_s` of its start is stopped (SIGKILL); no deadline where
+// the limit is not a positive finite number. A child whose answer waits in its pipe is never
+// stopped, however late wait() comes.
 // A child forked while another thread holds a lock can hang on it for good, so callers fork only
-// where no other thread of theirs runs (plan/policy.cc's portfolio); the deadline is the guard
-// behind that rule. Errors (Internal): the child crashed, was stopped or could not be started (the
-// message names `what`).
+// where no other thread of theirs runs (plan/policy.cc's portfolio, before its workers; `ferry
+// plan`, before planning); the deadline is the guard behind that rule. Errors (Internal): the child
+// crashed, was stopped or could not be started (the message names `what`). A run dropped without
+// wait() stops and reaps its child.
+class ContainedRun {
+ public:
+  static Result<ContainedRun> start(std::string_view what, double time_limit_s,
+                                    const std::function<std::vector<double>()>& work, double grace_s = 60);
+  Result<std::vector<double>> wait();
+
+  ContainedRun(ContainedRun&& o) noexcept;
+  ContainedRun& operator=(ContainedRun&& o) noexcept;
+  ContainedRun(const ContainedRun&) = delete;
+  ContainedRun& operator=(const ContainedRun&) = delete;
+  ~ContainedRun();
+
+ private:
+  ContainedRun() = default;
+  void stop();
+  std::string what_;
+  double time_limit_s_ = 0, allowed_s_ = 0;
+  std::chrono::steady_clock::time_point deadline_;
+  int pid_ = -1, fd_ = -1;
+};
+
+// start(...).wait(): the caller waits for the child.
 Result<std::vector<double>> run_contained(std::string_view what, double time_limit_s,
                                           const std::function<std::vector<double>()>& work, double grace_s = 60);
 

@@ -143,6 +143,13 @@ Result<Schedule> make_schedule(std::string_view policy, const PlanContext& ctx);
 struct LowerBound;
 Result<LowerBound> lower_bound(const PlanContext& ctx);
 
+// lower_bound(ctx) for a caller that then plans ctx with `policy`, started so that it solves
+// beside the planning (its LP in a child process; PendingLowerBound::wait() answers it); nullopt
+// where plan_policy(policy, ctx) solves it itself for its plan (PlanReport::bound: ferry's
+// LP-guided variants). It forks: call it before any other thread of the process starts.
+class PendingLowerBound;
+Result<std::optional<PendingLowerBound>> start_bound_beside(std::string_view policy, const PlanContext& ctx);
+
 // The smallest budget (bytes, a multiple of ctx.alignment) at which `policy` produces a plan that
 // fits, ignoring ctx.budget_bytes. Budget-oblivious policies: the device bytes of their one plan.
 // Budget-aware ones search on the planners' exact measure (no simulation needed: the

@@ -432,6 +432,16 @@ Result<LowerBound> lower_bound(const PlanContext& ctx) {
   return plan_lower_bound(ctx, facts);
 }
 
+Result<std::optional<PendingLowerBound>> start_bound_beside(std::string_view policy, const PlanContext& ctx) {
+  FERRY_ASSIGN_OR_RETURN(PlanFacts facts, make_plan_facts(ctx));
+  // plan_ferry_default solves the bound for ferry's guided variants and hands it on in its report;
+  // plan_tiered drops that report's bound off the host tier (it is host_first's, not ctx's).
+  if (policy == "ferry" && ctx.tier == Tier::kHost && ferry_wants_lp_solution(ctx, facts))
+    return std::optional<PendingLowerBound>();
+  FERRY_ASSIGN_OR_RETURN(PendingLowerBound pending, start_lower_bound(ctx, facts));
+  return std::optional<PendingLowerBound>(std::move(pending));
+}
+
 Result<uint64_t> find_min_budget(std::string_view policy, const PlanContext& ctx) {
   const Entry* e = nullptr;
   FERRY_RETURN_IF_ERROR(check_request(policy, ctx, e));

@@ -239,6 +239,25 @@ TEST(Cli, PlanSerialPlanningGivesTheSamePlan) {
   for (const auto& j : {a, b}) EXPECT_TRUE(j["seconds"]["bound_within_planning"].get<bool>());
 }
 
+// A policy that does not solve the bound for itself gets it solved beside its planning (the LP in
+// a child process started before the planner's threads): the same bound as the one ferry's
+// portfolio solves within its planning at that budget.
+TEST(Cli, PlanSolvesTheBoundBesideOtherPolicies) {
+  const std::string args = "plan --model gpt2-mini --batch 2 --device a100-40gb-pcie4 --budget 60% --json";
+  Output own = ferry(args);
+  Output seed = ferry(args + " --policy lru");
+  ASSERT_EQ(own.code, 0) << own.out;
+  ASSERT_EQ(seed.code, 0) << seed.out;
+  auto a = nlohmann::json::parse(own.out), b = nlohmann::json::parse(seed.out);
+  EXPECT_TRUE(a["seconds"]["bound_within_planning"].get<bool>());
+  EXPECT_FALSE(a["seconds"]["bound_beside_planning"].get<bool>());
+  EXPECT_FALSE(b["seconds"]["bound_within_planning"].get<bool>());
+  EXPECT_TRUE(b["seconds"]["bound_beside_planning"].get<bool>());
+  EXPECT_EQ(a["lower_bound_ms"], b["lower_bound_ms"]);
+  EXPECT_EQ(a["lower_bound_method"], "lp");
+  EXPECT_GE(b["iteration_ms"].get<double>(), b["lower_bound_ms"].get<double>());
+}
+
 // --ssd-staged plans the host leg that a raw SSD copy crosses without direct I/O: on cpu-local
 // (its storage reads and writes the arena in place) the same vdnn-all schedule's copies cross the
 // host link and its prediction changes; on a GPU profile, whose copies are staged anyway, nothing

@@ -163,7 +163,7 @@ std::vector<double> host_update_release_us(const PlanFacts& facts) {
   return out;
 }
 
-Result<LowerBound> plan_lower_bound(const PlanContext& ctx, const PlanFacts& facts, const LowerBoundOptions& o) {
+Result<PendingLowerBound> start_lower_bound(const PlanContext& ctx, const PlanFacts& facts, const LowerBoundOptions& o) {
   const auto start = std::chrono::steady_clock::now();
   const Graph& g = facts.g();
   const size_t n = g.ops.size();
@@ -198,12 +198,12 @@ Result<LowerBound> plan_lower_bound(const PlanContext& ctx, const PlanFacts& fac
   const double compute_us = std::accumulate(device_us.begin(), device_us.end(), 0.0);
   out.us = compute_floor_us(compute_us, host_ops, facts, ctx.cost);
   out.method = "compute";
-  if (ctx.budget_bytes == 0) return out;  // nothing has to move: keep-all runs at compute speed
+  if (ctx.budget_bytes == 0) return PendingLowerBound(std::move(out));  // nothing has to move: keep-all runs at compute speed
   Schedule keep = empty_schedule(ctx, "none");
   FERRY_ASSIGN_OR_RETURN(Program program, lower_schedule(g, keep, facts.program_options));
   const std::vector<uint64_t> live = live_bytes_per_step(facts, program);
   const double budget = static_cast<double>(ctx.budget_bytes);
-  if (*std::max_element(live.begin(), live.end()) <= ctx.budget_bytes) return out;
+  if (*std::max_element(live.begin(), live.end()) <= ctx.budget_bytes) return PendingLowerBound(std::move(out));
 
   const bool swaps = !ctx.recompute_only;
   const planner::TensorAccesses acc = planner::collect_accesses(g);
@@ -534,12 +534,29 @@ Result<LowerBound> plan_lower_bound(const PlanContext& ctx, const PlanFacts& fac
   }
   out.lp_rows = lp.num_rows();
   out.lp_columns = lp.num_columns();
-  Result<LinearProgram::Solution> sol = lp.solve(o.time_limit_s);
-  if (!sol.ok()) {
-    if (sol.status().code() == StatusCode::kUnsupported) return out;
-    return sol.status();
+  Result<LinearProgram::Pending> solving = lp.start_solve(o.time_limit_s);
+  if (!solving.ok()) {
+    if (solving.status().code() == StatusCode::kUnsupported) return PendingLowerBound(std::move(out));
+    return solving.status();
   }
-  out.solve_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  PendingLowerBound pending(std::move(out));
+  pending.solve_.emplace(std::move(*solving));
+  if (o.keep_solution) {
+    pending.keep_solution_ = true;
+    pending.gaps_ = gaps;
+    pending.gap_cols_ = std::move(gap_cols);
+  }
+  pending.start_ = start;
+  return pending;
+}
+
+Result<LowerBound> PendingLowerBound::wait() {
+  if (!solve_) return out_;
+  Result<LinearProgram::Solution> sol = solve_->wait();
+  solve_.reset();
+  if (!sol.ok()) return sol.status();
+  LowerBound out = std::move(out_);
+  out.solve_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   if (sol->infeasible) {
     out.us = kInfinity;
     out.method = "lp";
@@ -547,14 +564,19 @@ Result<LowerBound> plan_lower_bound(const PlanContext& ctx, const PlanFacts& fac
     // A hair below the optimum: the solver's tolerances must not turn the bound into a guess.
     out.us = std::max(out.us, sol->objective * (1 - 1e-7));
     out.method = "lp";
-    if (o.keep_solution) {
+    if (keep_solution_) {
       auto value = [&](int col) { return col < 0 ? -1.0f : static_cast<float>(sol->values[static_cast<size_t>(col)]); };
-      out.solution.reserve(gaps.size());
-      for (size_t ci = 0; ci < gaps.size(); ++ci)
-        out.solution.push_back({gaps[ci], value(gap_cols[ci].first), value(gap_cols[ci].second)});
+      out.solution.reserve(gaps_.size());
+      for (size_t ci = 0; ci < gaps_.size(); ++ci)
+        out.solution.push_back({gaps_[ci], value(gap_cols_[ci].first), value(gap_cols_[ci].second)});
     }
   }
   return out;
+}
+
+Result<LowerBound> plan_lower_bound(const PlanContext& ctx, const PlanFacts& facts, const LowerBoundOptions& o) {
+  FERRY_ASSIGN_OR_RETURN(PendingLowerBound pending, start_lower_bound(ctx, facts, o));
+  return pending.wait();
 }
 
 }  // namespace ferry

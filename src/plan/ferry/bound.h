@@ -26,11 +26,15 @@
 // encoded with running sums, so the LP has O(gaps + steps) non-zeros.
 #pragma once
 
+#include <chrono>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
 #include "plan/ferry/gaps.h"
+#include "plan/ferry/lp.h"
 #include "plan/policy_common.h"
 
 namespace ferry {
@@ -82,8 +86,31 @@ struct LowerBoundOptions {
 // the compute stream and the gradient's copy); the bound's host rows rest on that.
 std::vector<double> host_update_release_us(const PlanFacts& facts);
 
-// The bound for ctx (its budget, tier and recompute_only). Without COIN-OR, or when the solver
-// does not finish in time, the compute bound (sum of op times), which is valid but weak.
+// The bound under way: its LP built, solving in its own process (plan/contained.h), or already
+// known (no LP needed, or none can be solved). wait() answers it.
+class PendingLowerBound {
+ public:
+  Result<LowerBound> wait();
+
+ private:
+  friend Result<PendingLowerBound> start_lower_bound(const PlanContext&, const PlanFacts&, const LowerBoundOptions&);
+  explicit PendingLowerBound(LowerBound known) : out_(std::move(known)) {}
+  LowerBound out_;  // the compute bound, and the LP's size where one is solving
+  std::optional<planner::LinearProgram::Pending> solve_;
+  std::vector<planner::GapSpec> gaps_;
+  std::vector<std::pair<int, int>> gap_cols_;  // per gap: its swap and recompute columns (-1: none)
+  bool keep_solution_ = false;
+  std::chrono::steady_clock::time_point start_;
+};
+
+// Builds the bound's LP for ctx (its budget, tier and recompute_only) and starts its solve, which
+// runs beside the caller's work until wait(). It forks: call it where no other thread of the
+// process runs (plan/contained.h).
+Result<PendingLowerBound> start_lower_bound(const PlanContext& ctx, const PlanFacts& facts,
+                                            const LowerBoundOptions& o = {});
+
+// The bound for ctx: start_lower_bound(...).wait(). Without COIN-OR, or when the solver does not
+// finish in time, the compute bound (sum of op times), which is valid but weak.
 Result<LowerBound> plan_lower_bound(const PlanContext& ctx, const PlanFacts& facts, const LowerBoundOptions& o = {});
 
 }  // namespace ferry

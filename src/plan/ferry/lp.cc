@@ -46,7 +46,7 @@ double coin(double v) { return std::isinf(v) ? (v > 0 ? 1e30 : -1e30) : v; }
 
 }  // namespace
 
-Result<LinearProgram::Solution> LinearProgram::solve(double time_limit_s, int max_nodes) const {
+Result<LinearProgram::Pending> LinearProgram::start_solve(double time_limit_s, int max_nodes) const {
   const auto start = std::chrono::steady_clock::now();
   const int ncols = static_cast<int>(num_columns());
   const int nrows = static_cast<int>(num_rows());
@@ -119,9 +119,14 @@ Result<LinearProgram::Solution> LinearProgram::solve(double time_limit_s, int ma
     packed.insert(packed.end(), s.values.begin(), s.values.end());
     return packed;
   };
-  FERRY_ASSIGN_OR_RETURN(std::vector<double> packed,
-                         run_contained(has_integers() ? "the MILP solver (CBC)" : "the LP solver (Clp)", time_limit_s,
-                                       solve_here));
+  FERRY_ASSIGN_OR_RETURN(ContainedRun run,
+                         ContainedRun::start(has_integers() ? "the MILP solver (CBC)" : "the LP solver (Clp)",
+                                             time_limit_s, solve_here));
+  return Pending(std::move(run), start);
+}
+
+Result<LinearProgram::Solution> LinearProgram::Pending::wait() {
+  FERRY_ASSIGN_OR_RETURN(std::vector<double> packed, run_.wait());
   if (packed.size() < 5) return Status::Internal("the solver's process returned too little");
   Solution s;
   s.optimal = packed[0] != 0;
@@ -130,16 +135,25 @@ Result<LinearProgram::Solution> LinearProgram::solve(double time_limit_s, int ma
   s.objective = packed[3];
   s.bound = packed[4];
   s.values.assign(packed.begin() + 5, packed.end());
-  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  s.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   return s;
 }
 
 #else
 
-Result<LinearProgram::Solution> LinearProgram::solve(double, int) const {
+Result<LinearProgram::Pending> LinearProgram::start_solve(double, int) const {
+  return Status::Unsupported("Ferry was built without COIN-OR (CBC/Clp): no linear programs can be solved");
+}
+
+Result<LinearProgram::Solution> LinearProgram::Pending::wait() {
   return Status::Unsupported("Ferry was built without COIN-OR (CBC/Clp): no linear programs can be solved");
 }
 
 #endif
+
+Result<LinearProgram::Solution> LinearProgram::solve(double time_limit_s, int max_nodes) const {
+  FERRY_ASSIGN_OR_RETURN(Pending pending, start_solve(time_limit_s, max_nodes));
+  return pending.wait();
+}
 
 }  // namespace ferry::planner

@@ -2,12 +2,14 @@
 // Cbc (MILP) through their C interfaces. Shared by the lower bound and ferry-exact.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <limits>
 #include <string>
 #include <vector>
 
 #include "common/status.h"
+#include "plan/contained.h"
 
 namespace ferry::planner {
 
@@ -33,8 +35,22 @@ class LinearProgram {
     double seconds = 0;
     std::vector<double> values;   // per column
   };
-  // Solves; `time_limit_s` bounds the solver's wall time, `max_nodes` the MILP's branch-and-bound
-  // nodes (0: none). Errors: Unsupported when Ferry was built without COIN-OR.
+  // A solve under way in its own process (plan/contained.h): wait() answers it.
+  class Pending {
+   public:
+    Result<Solution> wait();
+
+   private:
+    friend class LinearProgram;
+    Pending(ContainedRun run, std::chrono::steady_clock::time_point start) : run_(std::move(run)), start_(start) {}
+    ContainedRun run_;
+    std::chrono::steady_clock::time_point start_;
+  };
+  // Starts the solve and returns at once; `time_limit_s` bounds the solver's wall time,
+  // `max_nodes` the MILP's branch-and-bound nodes (0: none). The program may change or go once
+  // this returns. Errors: Unsupported when Ferry was built without COIN-OR.
+  Result<Pending> start_solve(double time_limit_s, int max_nodes = 0) const;
+  // start_solve(...).wait().
   Result<Solution> solve(double time_limit_s, int max_nodes = 0) const;
 
  private:
