@@ -59,9 +59,10 @@ void add_graph_options(CLI::App* app, GraphOptions& o, const std::string& defaul
                   "Where the optimizer's updates run: end (default for zoo models: after the whole backward pass, as "
                   "optimizer.step() after loss.backward()) or interleaved (each update right after its gradient's "
                   "last write and its weight's last read, as optimizer-in-backward hooks do: bitwise the same "
-                  "training, earlier-freed gradients, state that can stream in during the backward pass). A trace "
+                  "training, earlier-freed gradients, state that can stream in during the backward pass); `ferry plan` "
+                  "also takes auto: it plans both orders at the same budget bytes and keeps the faster plan. A trace "
                   "keeps its own order unless this is given")
-      ->check(CLI::IsMember({"end", "interleaved"}));
+      ->check(CLI::IsMember({"end", "interleaved", "auto"}));
   for (CLI::Option* given_by_the_trace : {model, batch, image, seq, depth, optimizer})
     trace->excludes(given_by_the_trace);
   // Unset, these are 0 (the model's own); given, 0 would silently mean that default.
@@ -125,6 +126,10 @@ Status apply_trace_precision(const std::string& given, Graph& g) {
 // is refused (the pass moves updates earlier only, and a trace's order is its own record).
 Result<Graph> apply_update_order(const GraphOptions& o, Graph g) {
   if (o.update_order.empty()) return g;
+  if (o.update_order == "auto")
+    return Status::InvalidArgument(
+        "--update-order auto plans both orders and keeps the faster: only `ferry plan` does that; run `ferry plan "
+        "--update-order auto` with the same model and budget, and give the order it chose (end or interleaved) here");
   const std::optional<UpdateOrder> want = update_order_from_string(o.update_order);
   if (!want)
     return Status::InvalidArgument(

@@ -22,7 +22,7 @@ struct GraphOptions {
   std::optional<double> lr;  // --lr; absent: default_learning_rate()
   std::string precision;  // "" = not given: fp32 for zoo models, the trace's own for traces
   std::string layout;     // "" = not given: nhwc for zoo models, the trace's own for traces
-  std::string update_order;  // "" = not given: the graph's own (zoo: end; a trace: its order)
+  std::string update_order;  // "" = not given: the graph's own (zoo: end; a trace: its order); plan: also auto
 };
 
 // Adds --model/--trace/--batch/--image/--seq/--optimizer/--precision to a subcommand (--trace
@@ -32,7 +32,8 @@ void add_graph_options(CLI::App* app, GraphOptions& o, const std::string& defaul
 void add_learning_rate_option(CLI::App* app, GraphOptions& o);
 // Builds the zoo model (in --precision) or loads the trace the options name. A trace keeps its own
 // precision; --precision may only switch an fp32 trace to tf32 or back (same tensors).
-// --update-order interleaved moves the updates into the backward pass (graph/update_order.h).
+// --update-order interleaved moves the updates into the backward pass (graph/update_order.h);
+// auto is refused here (`ferry plan` resolves it into both orders before loading).
 // Errors: InvalidArgument for an unknown model or optimizer, sizes out of range, a learning rate
 // that is not finite and > 0, a precision a trace cannot take, --update-order end on a trace whose
 // updates run inside the backward pass (updates are never moved later).

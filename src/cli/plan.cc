@@ -425,59 +425,33 @@ void print_decisions(const Graph& g, const std::vector<TensorDecision>& ds) {
   }
 }
 
-int run_plan(const PlanOptions& given) {
-  PlanOptions o = given;
-  const bool policy_given = !o.policy.empty();
-  if (!policy_given) o.policy = o.budget.empty() ? "none" : "ferry";
-  if (Status st = check_plan_options(o); !st.ok()) return report(st);
-  Result<PlanSetup> setup = set_up_plan(o);
-  if (!setup.ok()) return report(setup.status());
-  const PlanSetup& s = *setup;
+// One graph order's plan, simulated, with its bound: what `ferry plan` prints for it.
+struct Outcome {
+  TieredPlan planned;
+  SimResult sim;
+  LowerBound bound;
+  PlanTimes times;
+};
+
+// Plans `s.graph` with the policy, simulates the plan and solves the bound (beside the planning
+// where the planner does not solve it itself). Errors: the planner's (kOutOfMemory where no plan
+// fits), the simulator's, the bound's.
+Result<Outcome> plan_and_simulate(const PlanOptions& o, const PlanSetup& s, const std::optional<BudgetSpec>& host_budget) {
   const CostModel cost(s.hw);
   PlanContext ctx{.graph = s.graph, .cost = cost, .budget_bytes = s.budget_bytes, .tier = s.tier,
                   .op_scratch_bytes = s.scratch};
   ctx.recompute_only = o.tier == "none";
   ctx.options = o.policy_options;
-  if (!policy_given && o.budget.empty() && !o.sweep && !o.find_min_budget) {
-    // No budget and no policy: plan for the device's capacity, with ferry when the model does
-    // not fit it as it is.
-    PlanContext unlimited = ctx;
-    unlimited.budget_bytes = 0;
-    Result<PlanReport> keep = plan_policy("none", unlimited);
-    if (keep.ok() && keep->device_bytes > s.budget_bytes) o.policy = "ferry";
-  }
-  if (o.sweep) return run_sweep(o, s, cost, ctx);
-  if (o.find_min_budget) return run_find_min_budget(o, s, ctx);
-  std::optional<BudgetSpec> host_budget;
-  if (!o.host_budget.empty()) {
-    Result<BudgetSpec> hb = parse_budget(o.host_budget);
-    if (!hb.ok()) return report(hb.status().with_context("--host-budget"));
-    host_budget = *hb;
-  }
   PlanTimes times;
   auto clock = std::chrono::steady_clock::now();
   // The bound solves beside the planning (its LP in a child process, forked before the planner's
   // threads start), unless the planner solves it for its own use.
-  Result<std::optional<PendingLowerBound>> beside = start_bound_beside(o.policy, ctx);
-  if (!beside.ok()) return report(beside.status());
-  times.bound_beside = beside->has_value();
+  FERRY_ASSIGN_OR_RETURN(std::optional<PendingLowerBound> beside, start_bound_beside(o.policy, ctx));
+  times.bound_beside = beside.has_value();
   Result<TieredPlan> planned = plan_tiered(o.policy, ctx, host_budget);
   times.plan_s = seconds_since(clock);
   if (!planned.ok() && s.backend_sizes) planned = with_conv_hint(planned.status(), s.graph, s.backend_options);
-  if (!planned.ok() && planned.status().code() == StatusCode::kOutOfMemory && o.json) {
-    // The honest answer to "does it fit?" is a JSON "no", with the reason and the numbers.
-    nlohmann::json j;
-    j["model"] = s.graph.info.model;
-    j["device"] = s.hw.name;
-    j["policy"] = o.policy;
-    j["feasible"] = false;
-    j["reason"] = planned.status().message();
-    j["budget_bytes"] = s.budget_bytes;
-    j["budget_request"] = s.budget ? nlohmann::json(s.budget->text) : nlohmann::json();
-    std::printf("%s\n", j.dump(2).c_str());
-    return 1;
-  }
-  if (!planned.ok()) return report(planned.status());
+  if (!planned.ok()) return planned.status();
   Schedule schedule = planned->report.schedule;
   schedule.budget_bytes = s.budget_bytes;
   SimOptions so;
@@ -488,47 +462,197 @@ int run_plan(const PlanOptions& given) {
   clock = std::chrono::steady_clock::now();
   Result<SimResult> r = simulate(s.graph, schedule, cost, so);
   times.simulate_s = seconds_since(clock);
-  if (!r.ok()) return report(r.status());
+  if (!r.ok()) return r.status();
   if (!std::isfinite(r->iteration_us))  // the profile's bounds should make this impossible
-    return report(Status::InvalidArgument(fmt::format(
+    return Status::InvalidArgument(fmt::format(
         "device profile '{}' makes the predicted iteration time {}: check its rates and latencies", s.hw.name,
-        r->iteration_us)));
-  if (!o.trace_out.empty())
-    if (Status st = write_chrome_trace(*r, o.trace_out); !st.ok()) return report(st);
-  if (!o.plot.empty())
-    if (Status st = write_memory_svg(*r, s.budget_bytes, o.plot); !st.ok()) return report(st);
+        r->iteration_us));
   // The bound: no plan in Ferry's decision space at this budget is faster (plan/ferry/bound.h).
   // The portfolio may have solved it already (for ferry's LP-guided variants): that time is part of
   // planning's, and the bound's own time is the solver's.
   // Solved beside the planning, its time is the solver's too (from the LP's start to its answer).
   clock = std::chrono::steady_clock::now();
   times.bound_reused = !times.bound_beside && planned->report.bound != nullptr;
-  Result<LowerBound> bound = times.bound_beside   ? (*beside)->wait()
+  Result<LowerBound> bound = times.bound_beside   ? beside->wait()
                              : times.bound_reused ? Result<LowerBound>(*planned->report.bound)
                                                   : lower_bound(ctx);
   times.bound_s = times.bound_reused || (times.bound_beside && bound.ok()) ? bound->solve_seconds : seconds_since(clock);
-  if (!bound.ok()) return report(bound.status());
+  if (!bound.ok()) return bound.status();
+  return Outcome{.planned = std::move(*planned), .sim = std::move(*r), .bound = *bound, .times = times};
+}
+
+// --update-order auto: the graph in each order that differs (end first; one order where the graph
+// has no updates, or a trace's interleaved updates cannot move back), at the first's budget bytes:
+// a percentage is of the end order's no-swap peak, the model's as built.
+Result<std::vector<PlanSetup>> set_up_orders(const PlanOptions& o) {
+  std::vector<PlanSetup> setups;
+  if (o.graph.update_order != "auto") {
+    FERRY_ASSIGN_OR_RETURN(PlanSetup s, set_up_plan(o));
+    setups.push_back(std::move(s));
+    return setups;
+  }
+  PlanOptions own = o;
+  own.graph.update_order = "";  // the graph's own order: end for zoo models, a trace's record
+  FERRY_ASSIGN_OR_RETURN(PlanSetup first, set_up_plan(own));
+  const bool has_updates = std::any_of(first.graph.ops.begin(), first.graph.ops.end(),
+                                       [](const Op& op) { return op.phase == Phase::kUpdate; });
+  const bool can_move = has_updates && update_order_of(first.graph) == UpdateOrder::kEnd;
+  setups.push_back(std::move(first));
+  if (!can_move) return setups;
+  PlanOptions moved = own;
+  moved.graph.update_order = "interleaved";
+  moved.budget = "";  // set below: the same bytes as the first order's
+  FERRY_ASSIGN_OR_RETURN(PlanSetup second, set_up_plan(moved));
+  second.budget = setups[0].budget;
+  second.budget_bytes = setups[0].budget_bytes;
+  second.no_swap_peak_bytes = setups[0].no_swap_peak_bytes;
+  setups.push_back(std::move(second));
+  return setups;
+}
+
+int run_plan(const PlanOptions& given) {
+  PlanOptions o = given;
+  const bool policy_given = !o.policy.empty();
+  if (!policy_given) o.policy = o.budget.empty() ? "none" : "ferry";
+  if (Status st = check_plan_options(o); !st.ok()) return report(st);
+  const bool auto_order = o.graph.update_order == "auto";
+  if (auto_order && (o.sweep || o.find_min_budget))
+    return report(Status::InvalidArgument(fmt::format(
+        "--update-order auto chooses between two single plans; with {} give the order (end or interleaved)",
+        o.sweep ? "--sweep" : "--find-min-budget")));
+  Result<std::vector<PlanSetup>> setups = set_up_orders(o);
+  if (!setups.ok()) return report(setups.status());
+  const PlanSetup& s0 = setups->front();
+  if (!policy_given && o.budget.empty() && !o.sweep && !o.find_min_budget) {
+    // No budget and no policy: plan for the device's capacity, with ferry when the model does
+    // not fit it as it is.
+    const CostModel cost(s0.hw);
+    PlanContext unlimited{.graph = s0.graph, .cost = cost, .budget_bytes = 0, .tier = s0.tier,
+                          .op_scratch_bytes = s0.scratch};
+    Result<PlanReport> keep = plan_policy("none", unlimited);
+    if (keep.ok() && keep->device_bytes > s0.budget_bytes) o.policy = "ferry";
+  }
+  if (o.sweep || o.find_min_budget) {
+    const CostModel cost(s0.hw);
+    PlanContext ctx{.graph = s0.graph, .cost = cost, .budget_bytes = s0.budget_bytes, .tier = s0.tier,
+                    .op_scratch_bytes = s0.scratch};
+    ctx.recompute_only = o.tier == "none";
+    ctx.options = o.policy_options;
+    return o.sweep ? run_sweep(o, s0, cost, ctx) : run_find_min_budget(o, s0, ctx);
+  }
+  std::optional<BudgetSpec> host_budget;
+  if (!o.host_budget.empty()) {
+    Result<BudgetSpec> hb = parse_budget(o.host_budget);
+    if (!hb.ok()) return report(hb.status().with_context("--host-budget"));
+    host_budget = *hb;
+  }
+  // Every order planned; the faster feasible plan is kept (the first, the graph's own order, on a
+  // tie). Where none is found, the first order's error stands.
+  std::vector<Result<Outcome>> outcomes;
+  for (const PlanSetup& s : *setups) {
+    outcomes.push_back(plan_and_simulate(o, s, host_budget));
+    // Only "no plan fits this order" lets the other order answer; any other error is the answer.
+    if (!outcomes.back().ok() && outcomes.back().status().code() != StatusCode::kOutOfMemory)
+      return report(outcomes.back().status());
+  }
+  size_t chosen = 0;
+  for (size_t i = 1; i < outcomes.size(); ++i) {
+    if (!outcomes[i].ok()) continue;
+    const Result<Outcome>& best = outcomes[chosen];
+    const bool better = !best.ok() || (outcomes[i]->sim.feasible && !best->sim.feasible) ||
+                        (outcomes[i]->sim.feasible == best->sim.feasible &&
+                         outcomes[i]->sim.iteration_us < best->sim.iteration_us);
+    if (better) chosen = i;
+  }
+  const PlanSetup& s = (*setups)[chosen];
+  Result<Outcome>& picked = outcomes[chosen];
+  if (!picked.ok() && picked.status().code() == StatusCode::kOutOfMemory && o.json) {
+    // The honest answer to "does it fit?" is a JSON "no", with the reason and the numbers.
+    nlohmann::json j;
+    j["model"] = s.graph.info.model;
+    j["device"] = s.hw.name;
+    j["policy"] = o.policy;
+    j["feasible"] = false;
+    j["reason"] = picked.status().message();
+    j["budget_bytes"] = s.budget_bytes;
+    j["budget_request"] = s.budget ? nlohmann::json(s.budget->text) : nlohmann::json();
+    std::printf("%s\n", j.dump(2).c_str());
+    return 1;
+  }
+  if (!picked.ok()) return report(picked.status());
+  Outcome& out = *picked;
+  const SimResult& r = out.sim;
+  // With both orders in the decision space, a bound must hold for both: the smaller. Planning
+  // and bound times are the sums over the orders planned.
+  LowerBound bound = out.bound;
+  PlanTimes times = out.times;
+  nlohmann::json orders = nlohmann::json::array();
+  std::string orders_text;
+  for (size_t i = 0; i < outcomes.size(); ++i) {
+    const std::string name(to_string(update_order_of((*setups)[i].graph)));
+    nlohmann::json entry = {{"order", name}, {"chosen", i == chosen}};
+    if (outcomes[i].ok()) {
+      const Outcome& x = *outcomes[i];
+      entry["feasible"] = x.sim.feasible;
+      entry["iteration_ms"] = x.sim.iteration_us / 1e3;
+      entry["lower_bound_ms"] = x.bound.us / 1e3;
+      entry["planning_seconds"] = x.times.plan_s;
+      orders_text += fmt::format("{}{} {:.2f} ms{}", orders_text.empty() ? "" : ", ", name, x.sim.iteration_us / 1e3,
+                                 x.sim.feasible ? "" : " (does not fit)");
+      if (i != chosen) {
+        if (x.bound.us < bound.us) bound = x.bound;
+        times.plan_s += x.times.plan_s;
+        times.simulate_s += x.times.simulate_s;
+        times.bound_s += x.times.bound_s;
+      }
+    } else {
+      entry["feasible"] = false;
+      entry["reason"] = outcomes[i].status().message();
+      orders_text += fmt::format("{}{}: no plan", orders_text.empty() ? "" : ", ", name);
+      // No plan in this order, but plans of it are in the decision space all the same: its bound,
+      // solved alone, counts.
+      const CostModel cost(s.hw);
+      PlanContext ctx{.graph = (*setups)[i].graph, .cost = cost, .budget_bytes = s.budget_bytes, .tier = s.tier,
+                      .op_scratch_bytes = (*setups)[i].scratch};
+      ctx.recompute_only = o.tier == "none";
+      Result<LowerBound> b = lower_bound(ctx);
+      if (!b.ok()) return report(b.status());
+      if (b->us < bound.us) bound = *b;
+    }
+    orders.push_back(std::move(entry));
+  }
+  const Schedule& schedule = out.planned.report.schedule;
+  const CostModel cost(s.hw);
+  if (!o.trace_out.empty())
+    if (Status st = write_chrome_trace(r, o.trace_out); !st.ok()) return report(st);
+  if (!o.plot.empty())
+    if (Status st = write_memory_svg(r, s.budget_bytes, o.plot); !st.ok()) return report(st);
   if (o.json) {
-    nlohmann::json j = to_json(*r, s);
-    j["lower_bound_ms"] = bound->us / 1e3;
-    j["lower_bound_method"] = bound->method;
-    j["gap"] = r->iteration_us / bound->us;
-    j["tiers"] = tiers_json(*planned);
+    nlohmann::json j = to_json(r, s);
+    j["lower_bound_ms"] = bound.us / 1e3;
+    j["lower_bound_method"] = bound.method;
+    j["gap"] = r.iteration_us / bound.us;
+    if (auto_order) j["update_orders"] = orders;
+    j["tiers"] = tiers_json(out.planned);
     j["ssd_direct"] = s.tier == Tier::kSsd && s.hw.storage.device_direct;  // raw SSD copies planned in place
     j["seconds"] = {{"planning", times.plan_s}, {"simulation", times.simulate_s}, {"bound", times.bound_s},
                     {"bound_within_planning", times.bound_reused}, {"bound_beside_planning", times.bound_beside}};
     if (o.policy == "checkmate" || o.policy == "ferry-exact")  // the MILP's own account of its plan
-      j["solver"] = {{"proven_optimal", planned->report.proven_optimal},
-                     {"mip_gap", planned->report.mip_gap},
-                     {"solve_seconds", planned->report.solve_seconds},
-                     {"notes", planned->report.notes}};
-    if (o.explain) j["decisions"] = decisions_json(s.graph, explain_schedule(s.graph, cost, schedule, &*r));
+      j["solver"] = {{"proven_optimal", out.planned.report.proven_optimal},
+                     {"mip_gap", out.planned.report.mip_gap},
+                     {"solve_seconds", out.planned.report.solve_seconds},
+                     {"notes", out.planned.report.notes}};
+    if (o.explain) j["decisions"] = decisions_json(s.graph, explain_schedule(s.graph, cost, schedule, &r));
     std::printf("%s\n", j.dump(2).c_str());
   } else {
-    print_plan_summary(o, s, *planned, *r, *bound, times);
-    if (o.explain) print_decisions(s.graph, explain_schedule(s.graph, cost, schedule, &*r));
+    print_plan_summary(o, s, out.planned, r, bound, times);
+    if (auto_order)
+      std::printf("  order       updates %s, chosen by --update-order auto: %s (predicted; the bound is the "
+                  "smaller of the orders')\n",
+                  std::string(to_string(update_order_of(s.graph))).c_str(), orders_text.c_str());
+    if (o.explain) print_decisions(s.graph, explain_schedule(s.graph, cost, schedule, &r));
   }
-  return r->feasible ? 0 : 1;
+  return r.feasible ? 0 : 1;
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <set>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -660,6 +661,63 @@ TEST(Cli, UpdateOrderInterleavedTrainsTheSameAndTravelsInTraces) {
   expect_failure("plan --trace " + trace + " --update-order end", 2, "already run inside the backward pass");
   expect_failure("plan " + model + " --update-order late", 2, "--update-order");
   std::filesystem::remove(trace);
+}
+
+// --update-order auto plans both orders at the budget bytes the graph's own order resolves, and
+// keeps the faster plan: its time is the smaller of the two orders planned one by one, its bound
+// the smaller of their bounds (both orders are in the decision space). On this GPT-2 the
+// interleaved order wins at 25% on the A100 profile and the end order at 33% on the H100 one
+// (predicted, 2026-12-06); at 15% only the end order has a plan.
+TEST(Cli, UpdateOrderAutoKeepsTheFasterOrdersPlan) {
+  const std::string model = "plan --model gpt2-mini --batch 2 --seq 64 --optimizer adam";
+  std::set<std::string> chosen;
+  for (const auto& [device, budget] : std::vector<std::pair<std::string, std::string>>{
+           {"a100-40gb-pcie4", "25%"}, {"h100-80gb-pcie5", "33%"}, {"a100-40gb-pcie4", "15%"}}) {
+    SCOPED_TRACE(device + " " + budget);
+    const std::string cell = model + " --device " + device + " --json";
+    Output end = ferry(cell + " --budget " + budget);
+    ASSERT_EQ(end.code, 0) << end.out;
+    const auto e = nlohmann::json::parse(end.out);
+    const uint64_t bytes = e["budget_bytes"].get<uint64_t>();
+    Output inter = ferry(cell + " --update-order interleaved --budget " + std::to_string(bytes));
+    Output automatic = ferry(cell + " --update-order auto --budget " + budget);
+    ASSERT_EQ(automatic.code, 0) << automatic.out;
+    const auto a = nlohmann::json::parse(automatic.out);
+    EXPECT_EQ(a["budget_bytes"].get<uint64_t>(), bytes);
+    ASSERT_EQ(a["update_orders"].size(), 2u) << automatic.out;
+    EXPECT_EQ(a["update_orders"][0]["order"], "end");
+    EXPECT_EQ(a["update_orders"][1]["order"], "interleaved");
+    double best = e["iteration_ms"].get<double>();
+    double bound = e["lower_bound_ms"].get<double>();
+    std::string want = "end";
+    if (inter.code == 0) {
+      const auto i = nlohmann::json::parse(inter.out);
+      EXPECT_EQ(a["update_orders"][1]["iteration_ms"].get<double>(), i["iteration_ms"].get<double>());
+      bound = std::min(bound, i["lower_bound_ms"].get<double>());
+      if (i["iteration_ms"].get<double>() < best) {
+        best = i["iteration_ms"].get<double>();
+        want = "interleaved";
+      }
+    } else {
+      EXPECT_FALSE(a["update_orders"][1]["feasible"].get<bool>()) << automatic.out;
+      EXPECT_TRUE(a["update_orders"][1].contains("reason")) << automatic.out;
+    }
+    EXPECT_EQ(a["update_order"], want);
+    EXPECT_EQ(a["iteration_ms"].get<double>(), best);
+    if (inter.code == 0)
+      EXPECT_NEAR(a["lower_bound_ms"].get<double>(), bound, 1e-9 * bound);
+    else  // the interleaved order's bound, solved alone where it has no plan, may be the lower
+      EXPECT_LE(a["lower_bound_ms"].get<double>(), bound);
+    EXPECT_LE(a["lower_bound_ms"].get<double>(), a["iteration_ms"].get<double>());
+    chosen.insert(want);
+  }
+  EXPECT_EQ(chosen.size(), 2u) << "the cells were picked so that each order wins one";
+  Output human = ferry(model + " --device a100-40gb-pcie4 --budget 25% --update-order auto");
+  ASSERT_EQ(human.code, 0) << human.out;
+  EXPECT_TRUE(has(human.out, "chosen by --update-order auto")) << human.out;
+  expect_failure(model + " --update-order auto --sweep", 2, "--update-order auto");
+  expect_failure("train --model gpt2-mini --batch 2 --seq 16 --optimizer adam --iters 1 --update-order auto", 2,
+                 "only `ferry plan`");
 }
 
 // --budget 33%: a share of the no-swap peak of that model and shape, with the backend's sizes;
