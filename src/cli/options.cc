@@ -60,7 +60,8 @@ void add_graph_options(CLI::App* app, GraphOptions& o, const std::string& defaul
                   "optimizer.step() after loss.backward()) or interleaved (each update right after its gradient's "
                   "last write and its weight's last read, as optimizer-in-backward hooks do: bitwise the same "
                   "training, earlier-freed gradients, state that can stream in during the backward pass); `ferry plan` "
-                  "also takes auto: it plans both orders at the same budget bytes and keeps the faster plan. A trace "
+                  "and `ferry train` also take auto: both orders planned at the same budget bytes, the faster plan's "
+                  "kept. A trace "
                   "keeps its own order unless this is given")
       ->check(CLI::IsMember({"end", "interleaved", "auto"}));
   for (CLI::Option* given_by_the_trace : {model, batch, image, seq, depth, optimizer})
@@ -128,8 +129,9 @@ Result<Graph> apply_update_order(const GraphOptions& o, Graph g) {
   if (o.update_order.empty()) return g;
   if (o.update_order == "auto")
     return Status::InvalidArgument(
-        "--update-order auto plans both orders and keeps the faster: only `ferry plan` does that; run `ferry plan "
-        "--update-order auto` with the same model and budget, and give the order it chose (end or interleaved) here");
+        "--update-order auto plans both orders and keeps the faster: only `ferry plan` and `ferry train` do that; "
+        "run `ferry plan --update-order auto` with the same model and budget, and give the order it chose (end or "
+        "interleaved) here");
   const std::optional<UpdateOrder> want = update_order_from_string(o.update_order);
   if (!want)
     return Status::InvalidArgument(

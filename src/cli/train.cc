@@ -26,6 +26,7 @@
 #include "common/units.h"
 #include "cost/profile.h"
 #include "data/data.h"
+#include "graph/update_order.h"
 #include "graph/zoo/zoo.h"
 #include "loop/profile_cache.h"
 #include "loop/shapes.h"
@@ -101,6 +102,18 @@ struct Baseline {
   std::vector<double> iteration_ms;
 };
 
+// --update-order auto: one order's plan, made before training to choose the order.
+struct OrderTry {
+  std::string order;  // "end" or "interleaved"
+  bool chosen = false;
+  std::optional<SimResult> predicted;  // none: no plan fits this order (reason says why)
+  std::string reason;
+  double planning_s = 0;
+  // The budget both orders plan for: resolved on the graph's own order (a percentage of its
+  // no-swap peak), which the run keeps whichever order it trains.
+  uint64_t budget_bytes = 0, no_swap_peak_bytes = 0;
+};
+
 // What planning one shape needs: the run's shape, or each bucket's with --seq-range/--batch-range.
 struct ShapePlanning {
   Graph sized;                    // the graph with the backend's tensor sizes
@@ -136,6 +149,9 @@ struct TrainSetup {
   std::optional<SimResult> predicted;
   std::optional<Baseline> baseline;  // --compare
   std::string profile_source;        // for the report: "measured", "cache", "file" or "profile"
+  // --update-order auto: each order planned before training (predicted on --device), in the order
+  // tried; empty without auto.
+  std::vector<OrderTry> order_tries;
 };
 
 // The iterations and what is derived from them.
@@ -612,6 +628,22 @@ nlohmann::json train_report_json(const TrainCliOptions& o, const TrainSetup& s, 
   nlohmann::json j;
   j["model"] = s.graph.info.model;
   j["batch"] = s.graph.info.batch;
+  j["update_order"] = std::string(to_string(update_order_of(s.graph)));
+  if (!s.order_tries.empty()) {
+    nlohmann::json tries = nlohmann::json::array();
+    for (const OrderTry& t : s.order_tries) {
+      nlohmann::json e = {{"order", t.order}, {"chosen", t.chosen}, {"planning_seconds", t.planning_s}};
+      if (t.predicted) {
+        e["feasible"] = t.predicted->feasible;
+        e["predicted_ms"] = t.predicted->iteration_us / 1e3;
+      } else if (!t.reason.empty()) {
+        e["feasible"] = false;
+        e["reason"] = t.reason;
+      }
+      tries.push_back(std::move(e));
+    }
+    j["update_orders"] = std::move(tries);
+  }
   j["threads"] = omp_get_max_threads();
   j["conv_algorithm"] = std::string(to_string(s.backend_options.conv_algorithm));
   j["winograd_kernels"] = r.convs.winograd;
@@ -820,8 +852,73 @@ void print_train_header(const TrainCliOptions& o, const TrainSetup& s) {
                 "bucket)\n",
                 s.range.dimension.c_str(), static_cast<long long>(s.range.min), static_cast<long long>(s.range.max),
                 static_cast<long long>(s.range.bucket));
+  if (s.order_tries.size() > 1) {
+    std::string tried;
+    for (const OrderTry& t : s.order_tries)
+      tried += fmt::format("{}{} {}", tried.empty() ? "" : ", ", t.order,
+                           t.predicted ? fmt::format("{:.2f} ms{}", t.predicted->iteration_us / 1e3,
+                                                     t.predicted->feasible ? "" : " (does not fit)")
+                                       : std::string("(no plan)"));
+    std::printf("  updates %s, chosen by --update-order auto: %s (predicted on %s before training)\n",
+                std::string(to_string(update_order_of(s.graph))).c_str(), tried.c_str(), s.hw.name.c_str());
+  }
   if (o.compare)
     std::printf("  --compare: each iteration also runs without a budget or a plan, the two runs taking turns\n");
+}
+
+// --update-order auto for a run: the run's graph (the largest shape) planned in both orders at
+// the budget bytes of its own order (a percentage is of that order's no-swap peak), each plan
+// simulated on --device's profile before anything trains; the faster feasible plan's order is
+// the run's (its own on a tie, or where the graph has no updates to move). The training loop then
+// plans the chosen order again with its own figures. Errors: set-up errors of either order; any
+// planning error other than "no plan fits" (kOutOfMemory), which only rules that order out.
+Result<std::vector<OrderTry>> choose_update_order(const TrainCliOptions& o) {
+  std::vector<OrderTry> tries;
+  uint64_t budget_bytes = 0, no_swap_peak = 0;
+  for (const std::string order : {"", "interleaved"}) {
+    TrainCliOptions oo = o;
+    oo.graph.update_order = order;
+    FERRY_ASSIGN_OR_RETURN(TrainSetup s, set_up_training(oo));
+    if (order.empty()) {
+      FERRY_RETURN_IF_ERROR(plan_training(oo, s));
+      budget_bytes = s.budget_bytes;
+      no_swap_peak = s.no_swap_peak_bytes;
+      const bool has_updates = std::any_of(s.graph.ops.begin(), s.graph.ops.end(),
+                                           [](const Op& op) { return op.phase == Phase::kUpdate; });
+      if (!has_updates || update_order_of(s.graph) != UpdateOrder::kEnd || o.policy == "none") {
+        tries.push_back(OrderTry{.order = std::string(to_string(update_order_of(s.graph))), .chosen = true,
+                                 .budget_bytes = budget_bytes, .no_swap_peak_bytes = no_swap_peak});
+        return tries;
+      }
+    } else {
+      oo.budget = "";  // the first order's bytes, below
+      FERRY_RETURN_IF_ERROR(plan_training(oo, s));
+      s.budget_bytes = budget_bytes;
+      s.no_swap_peak_bytes = no_swap_peak;
+    }
+    OrderTry t{.order = std::string(to_string(update_order_of(s.graph))), .budget_bytes = budget_bytes,
+               .no_swap_peak_bytes = no_swap_peak};
+    FERRY_ASSIGN_OR_RETURN(ShapePlanning sp, plan_shape(oo, s, s.graph));
+    const CostModel cost(s.hw);
+    const auto start = std::chrono::steady_clock::now();
+    Result<Schedule> schedule = sp.planner(sp.sized, cost);
+    t.planning_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (schedule.ok()) {
+      FERRY_ASSIGN_OR_RETURN(SimResult r, predict_iteration(sp.sized, *schedule, cost, s.budget_bytes, sp.scratch));
+      t.predicted = std::move(r);
+    } else if (schedule.status().code() == StatusCode::kOutOfMemory) {
+      t.reason = schedule.status().message();
+    } else {
+      return schedule.status();
+    }
+    tries.push_back(std::move(t));
+  }
+  auto fits = [](const OrderTry& t) { return t.predicted && t.predicted->feasible; };
+  size_t chosen = 0;
+  if (fits(tries[1]) && (!fits(tries[0]) || tries[1].predicted->iteration_us < tries[0].predicted->iteration_us))
+    chosen = 1;
+  tries[chosen].chosen = true;
+  return tries;
 }
 
 int run_train(const TrainCliOptions& given) {
@@ -832,10 +929,23 @@ int run_train(const TrainCliOptions& given) {
   }
   if (o.policy.empty()) o.policy = o.budget.empty() ? "none" : "ferry";
   if (Status st = check_train_options(o); !st.ok()) return report(st);
+  std::vector<OrderTry> order_tries;
+  if (o.graph.update_order == "auto") {
+    Result<std::vector<OrderTry>> tries = choose_update_order(o);
+    if (!tries.ok()) return report(tries.status().with_context("--update-order auto"));
+    order_tries = std::move(*tries);
+    for (const OrderTry& t : order_tries)
+      if (t.chosen) o.graph.update_order = t.order == "end" ? "" : t.order;  // "": the graph's own
+  }
   Result<TrainSetup> setup = set_up_training(o);
   if (!setup.ok()) return report(setup.status());
   TrainSetup& s = *setup;
+  s.order_tries = std::move(order_tries);
   if (Status st = plan_training(o, s); !st.ok()) return report(st);
+  if (!s.order_tries.empty()) {  // the budget both orders were planned for, whichever trains
+    s.budget_bytes = s.order_tries.front().budget_bytes;
+    s.no_swap_peak_bytes = s.order_tries.front().no_swap_peak_bytes;
+  }
   const bool show_progress = !o.no_progress && !o.json && isatty(STDERR_FILENO);
   if (o.demo && !o.json)
     std::printf("ferry train without options: the built-in demo. It trains %s at %s of its no-swap peak with the "

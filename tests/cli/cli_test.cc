@@ -716,8 +716,49 @@ TEST(Cli, UpdateOrderAutoKeepsTheFasterOrdersPlan) {
   ASSERT_EQ(human.code, 0) << human.out;
   EXPECT_TRUE(has(human.out, "chosen by --update-order auto")) << human.out;
   expect_failure(model + " --update-order auto --sweep", 2, "--update-order auto");
-  expect_failure("train --model gpt2-mini --batch 2 --seq 16 --optimizer adam --iters 1 --update-order auto", 2,
-                 "only `ferry plan`");
+  expect_failure("analyze --model gpt2-mini --update-order auto", 2, "only `ferry plan` and `ferry train`");
+}
+
+// ferry train --update-order auto: both orders planned and predicted before training, the faster
+// plan's order trained, bitwise the same losses as the end order's, at the same budget bytes.
+TEST(Cli, TrainUpdateOrderAutoTrainsTheFasterOrderWithTheSameLosses) {
+  const std::string train =
+      "train --model gpt2-mini --batch 2 --seq 16 --optimizer adam --iters 3 --seed 5 --json --no-progress --budget 40%";
+  auto run = [](const std::string& cmd) {
+    Output o = ferry(cmd);
+    EXPECT_EQ(o.code, 0) << o.out;
+    return o.code == 0 ? nlohmann::json::parse(o.out) : nlohmann::json::object();
+  };
+  auto losses = [](const nlohmann::json& j) {
+    std::vector<double> v;
+    for (const auto& it : j.value("iterations", nlohmann::json::array())) v.push_back(it["loss"].get<double>());
+    return v;
+  };
+  const nlohmann::json end = run(train);
+  ASSERT_FALSE(losses(end).empty());
+  EXPECT_EQ(end["update_order"], "end");
+  EXPECT_FALSE(end.contains("update_orders"));
+  std::set<std::string> chosen;
+  // On these, the end order wins on the A100 profile and the interleaved one on cpu-local
+  // (predicted, 2026-12-06).
+  for (const std::string device : {"a100-40gb-pcie4", "cpu-local"}) {
+    SCOPED_TRACE(device);
+    const nlohmann::json a = run(train + " --update-order auto --device " + device);
+    ASSERT_EQ(a["update_orders"].size(), 2u) << a.dump();
+    const auto& e = a["update_orders"][0];
+    const auto& i = a["update_orders"][1];
+    EXPECT_EQ(e["order"], "end");
+    EXPECT_EQ(i["order"], "interleaved");
+    ASSERT_TRUE(e["feasible"].get<bool>() && i["feasible"].get<bool>()) << a.dump();
+    const bool interleaved = i["predicted_ms"].get<double>() < e["predicted_ms"].get<double>();
+    EXPECT_EQ(a["update_order"], interleaved ? "interleaved" : "end");
+    EXPECT_NE(e["chosen"].get<bool>(), i["chosen"].get<bool>());
+    EXPECT_EQ(i["chosen"].get<bool>(), interleaved);
+    EXPECT_EQ(losses(a), losses(end));
+    EXPECT_EQ(a["budget_bytes"], end["budget_bytes"]);
+    chosen.insert(a["update_order"].get<std::string>());
+  }
+  EXPECT_EQ(chosen.size(), 2u) << "the devices were picked so that each order wins on one";
 }
 
 // --budget 33%: a share of the no-swap peak of that model and shape, with the backend's sizes;
