@@ -56,13 +56,14 @@ void add_graph_options(CLI::App* app, GraphOptions& o, const std::string& defaul
                   "transposes of its operands and result, docs/cost-model.md). Changes no tensor and nothing the CPU "
                   "backend runs");
   app->add_option("--update-order", o.update_order,
-                  "Where the optimizer's updates run: end (default for zoo models: after the whole backward pass, as "
-                  "optimizer.step() after loss.backward()) or interleaved (each update right after its gradient's "
-                  "last write and its weight's last read, as optimizer-in-backward hooks do: bitwise the same "
-                  "training, earlier-freed gradients, state that can stream in during the backward pass); `ferry plan` "
-                  "and `ferry train` also take auto: both orders planned at the same budget bytes, the faster plan's "
-                  "kept. A trace "
-                  "keeps its own order unless this is given")
+                  "Where the optimizer's updates run: end (after the whole backward pass, as optimizer.step() after "
+                  "loss.backward()) or interleaved (each update right after its gradient's last write and its "
+                  "weight's last read, as optimizer-in-backward hooks do: bitwise the same training, earlier-freed "
+                  "gradients, state that can stream in during the backward pass); `ferry plan` and `ferry train` "
+                  "also take auto: both orders planned at the same budget bytes, the faster plan's kept. Default: "
+                  "end, and for ferry's plans of a zoo model the interleaved order tried too where the end order's "
+                  "plan is more than 5% over its lower bound or does not fit. A trace keeps its own order unless "
+                  "this is given")
       ->check(CLI::IsMember({"end", "interleaved", "auto"}));
   for (CLI::Option* given_by_the_trace : {model, batch, image, seq, depth, optimizer})
     trace->excludes(given_by_the_trace);

@@ -520,7 +520,15 @@ int run_plan(const PlanOptions& given) {
     return report(Status::InvalidArgument(fmt::format(
         "--update-order auto chooses between two single plans; with {} give the order (end or interleaved)",
         o.sweep ? "--sweep" : "--find-min-budget")));
-  Result<std::vector<PlanSetup>> setups = set_up_orders(o);
+  // No --update-order on a zoo model: the end order is planned and the interleaved one as well
+  // only where the first plan is far from its bound (over kOtherOrderAboveGap) or does not fit; the
+  // policy is known only below, so this is set up as auto and the second order's planning skipped
+  // there. A trace keeps its own order unless the option says otherwise.
+  const bool order_where_far = o.graph.update_order.empty() && o.graph.trace.empty() && !o.sweep &&
+                               !o.find_min_budget && (o.policy == "ferry" || !policy_given);
+  PlanOptions orders_of = o;
+  if (order_where_far) orders_of.graph.update_order = "auto";
+  Result<std::vector<PlanSetup>> setups = set_up_orders(orders_of);
   if (!setups.ok()) return report(setups.status());
   const PlanSetup& s0 = setups->front();
   if (!policy_given && o.budget.empty() && !o.sweep && !o.find_min_budget) {
@@ -548,8 +556,19 @@ int run_plan(const PlanOptions& given) {
   }
   // Every order planned; the faster feasible plan is kept (the first, the graph's own order, on a
   // tie). Where none is found, the first order's error stands.
+  if (order_where_far && o.policy != "ferry") setups->resize(1);  // the other order only for ferry's plans
   std::vector<Result<Outcome>> outcomes;
+  std::string not_planned;  // why the second order was not planned (no --update-order, close to the bound)
   for (const PlanSetup& s : *setups) {
+    if (!outcomes.empty() && order_where_far) {
+      const Result<Outcome>& first = outcomes.front();
+      if (first.ok() && first->sim.feasible && first->sim.iteration_us <= kOtherOrderAboveGap * first->bound.us) {
+        not_planned = fmt::format("the {} order's plan is within {:.0f}% of its bound; --update-order auto plans both",
+                                  to_string(update_order_of(setups->front().graph)),
+                                  (kOtherOrderAboveGap - 1) * 100);
+        break;
+      }
+    }
     outcomes.push_back(plan_and_simulate(o, s, host_budget));
     // Only "no plan fits this order" lets the other order answer; any other error is the answer.
     if (!outcomes.back().ok() && outcomes.back().status().code() != StatusCode::kOutOfMemory)
@@ -590,7 +609,7 @@ int run_plan(const PlanOptions& given) {
   std::string orders_text;
   for (size_t i = 0; i < outcomes.size(); ++i) {
     const std::string name(to_string(update_order_of((*setups)[i].graph)));
-    nlohmann::json entry = {{"order", name}, {"chosen", i == chosen}};
+    nlohmann::json entry = {{"order", name}, {"chosen", i == chosen}, {"planned", true}};
     if (outcomes[i].ok()) {
       const Outcome& x = *outcomes[i];
       entry["feasible"] = x.sim.feasible;
@@ -621,6 +640,13 @@ int run_plan(const PlanOptions& given) {
     }
     orders.push_back(std::move(entry));
   }
+  for (size_t i = outcomes.size(); i < setups->size(); ++i)
+    orders.push_back({{"order", std::string(to_string(update_order_of((*setups)[i].graph)))},
+                      {"chosen", false},
+                      {"planned", false},
+                      {"reason", not_planned}});
+  // Shown where more than one order was planned, or asked for.
+  const bool show_orders = auto_order || outcomes.size() > 1;
   const Schedule& schedule = out.planned.report.schedule;
   const CostModel cost(s.hw);
   if (!o.trace_out.empty())
@@ -632,7 +658,7 @@ int run_plan(const PlanOptions& given) {
     j["lower_bound_ms"] = bound.us / 1e3;
     j["lower_bound_method"] = bound.method;
     j["gap"] = r.iteration_us / bound.us;
-    if (auto_order) j["update_orders"] = orders;
+    if (auto_order || setups->size() > 1) j["update_orders"] = orders;
     j["tiers"] = tiers_json(out.planned);
     j["ssd_direct"] = s.tier == Tier::kSsd && s.hw.storage.device_direct;  // raw SSD copies planned in place
     j["seconds"] = {{"planning", times.plan_s}, {"simulation", times.simulate_s}, {"bound", times.bound_s},
@@ -646,10 +672,13 @@ int run_plan(const PlanOptions& given) {
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     print_plan_summary(o, s, out.planned, r, bound, times);
-    if (auto_order)
-      std::printf("  order       updates %s, chosen by --update-order auto: %s (predicted; the bound is the "
-                  "smaller of the orders')\n",
-                  std::string(to_string(update_order_of(s.graph))).c_str(), orders_text.c_str());
+    if (show_orders)
+      std::printf("  order       updates %s, chosen%s: %s (predicted; the bound is the smaller of the orders')\n",
+                  std::string(to_string(update_order_of(s.graph))).c_str(),
+                  auto_order ? " by --update-order auto"
+                             : fmt::format(" (the first plan was over {:.0f}% from its bound)",
+                                           (kOtherOrderAboveGap - 1) * 100).c_str(),
+                  orders_text.c_str());
     if (o.explain) print_decisions(s.graph, explain_schedule(s.graph, cost, schedule, &r));
   }
   return r.feasible ? 0 : 1;

@@ -31,6 +31,7 @@
 #include "loop/profile_cache.h"
 #include "loop/shapes.h"
 #include "loop/training_loop.h"
+#include "plan/ferry/bound.h"
 #include "runtime/executor.h"
 
 namespace ferry::cli {
@@ -108,6 +109,7 @@ struct OrderTry {
   bool chosen = false;
   std::optional<SimResult> predicted;  // none: no plan fits this order (reason says why)
   std::string reason;
+  bool planned = true;  // false: not planned (no --update-order, the first plan close to its bound)
   double planning_s = 0;
   // The budget both orders plan for: resolved on the graph's own order (a percentage of its
   // no-swap peak), which the run keeps whichever order it trains.
@@ -632,8 +634,11 @@ nlohmann::json train_report_json(const TrainCliOptions& o, const TrainSetup& s, 
   if (!s.order_tries.empty()) {
     nlohmann::json tries = nlohmann::json::array();
     for (const OrderTry& t : s.order_tries) {
-      nlohmann::json e = {{"order", t.order}, {"chosen", t.chosen}, {"planning_seconds", t.planning_s}};
-      if (t.predicted) {
+      nlohmann::json e = {{"order", t.order}, {"chosen", t.chosen}, {"planned", t.planned}};
+      if (t.planned) e["planning_seconds"] = t.planning_s;
+      if (!t.planned) {
+        e["reason"] = t.reason;
+      } else if (t.predicted) {
         e["feasible"] = t.predicted->feasible;
         e["predicted_ms"] = t.predicted->iteration_us / 1e3;
       } else if (!t.reason.empty()) {
@@ -852,14 +857,14 @@ void print_train_header(const TrainCliOptions& o, const TrainSetup& s) {
                 "bucket)\n",
                 s.range.dimension.c_str(), static_cast<long long>(s.range.min), static_cast<long long>(s.range.max),
                 static_cast<long long>(s.range.bucket));
-  if (s.order_tries.size() > 1) {
+  if (std::count_if(s.order_tries.begin(), s.order_tries.end(), [](const OrderTry& t) { return t.planned; }) > 1) {
     std::string tried;
     for (const OrderTry& t : s.order_tries)
       tried += fmt::format("{}{} {}", tried.empty() ? "" : ", ", t.order,
                            t.predicted ? fmt::format("{:.2f} ms{}", t.predicted->iteration_us / 1e3,
                                                      t.predicted->feasible ? "" : " (does not fit)")
                                        : std::string("(no plan)"));
-    std::printf("  updates %s, chosen by --update-order auto: %s (predicted on %s before training)\n",
+    std::printf("  updates %s, the faster of the orders planned: %s (predicted on %s before training)\n",
                 std::string(to_string(update_order_of(s.graph))).c_str(), tried.c_str(), s.hw.name.c_str());
   }
   if (o.compare)
@@ -872,10 +877,11 @@ void print_train_header(const TrainCliOptions& o, const TrainSetup& s) {
 // the run's (its own on a tie, or where the graph has no updates to move). The training loop then
 // plans the chosen order again with its own figures. Errors: set-up errors of either order; any
 // planning error other than "no plan fits" (kOutOfMemory), which only rules that order out.
-Result<std::vector<OrderTry>> choose_update_order(const TrainCliOptions& o) {
+Result<std::vector<OrderTry>> choose_update_order(const TrainCliOptions& o, bool where_far) {
   std::vector<OrderTry> tries;
   uint64_t budget_bytes = 0, no_swap_peak = 0;
-  for (const std::string order : {"", "interleaved"}) {
+  bool done = false;  // the first order's plan alone decides
+  auto plan_order = [&](const std::string& order) -> Status {
     TrainCliOptions oo = o;
     oo.graph.update_order = order;
     FERRY_ASSIGN_OR_RETURN(TrainSetup s, set_up_training(oo));
@@ -888,7 +894,8 @@ Result<std::vector<OrderTry>> choose_update_order(const TrainCliOptions& o) {
       if (!has_updates || update_order_of(s.graph) != UpdateOrder::kEnd || o.policy == "none") {
         tries.push_back(OrderTry{.order = std::string(to_string(update_order_of(s.graph))), .chosen = true,
                                  .budget_bytes = budget_bytes, .no_swap_peak_bytes = no_swap_peak});
-        return tries;
+        done = true;
+        return Status::Ok();
       }
     } else {
       oo.budget = "";  // the first order's bytes, below
@@ -906,12 +913,47 @@ Result<std::vector<OrderTry>> choose_update_order(const TrainCliOptions& o) {
     if (schedule.ok()) {
       FERRY_ASSIGN_OR_RETURN(SimResult r, predict_iteration(sp.sized, *schedule, cost, s.budget_bytes, sp.scratch));
       t.predicted = std::move(r);
+      if (where_far && order.empty() && t.predicted->feasible) {
+        // Within kOtherOrderAboveGap of its bound, the first order trains without the second's planning.
+        std::optional<LowerBound> bound;
+        if (!sp.plans->empty() && sp.plans->back().report.bound) bound = *sp.plans->back().report.bound;
+        if (!bound) {
+          PlanContext ctx{.graph = sp.sized, .cost = cost, .budget_bytes = s.budget_bytes, .tier = s.tier,
+                          .op_scratch_bytes = sp.scratch};
+          ctx.recompute_only = o.tier == "none";
+          FERRY_ASSIGN_OR_RETURN(LowerBound b, lower_bound(ctx));
+          bound = b;
+        }
+        if (t.predicted->iteration_us <= kOtherOrderAboveGap * bound->us) {
+          t.chosen = true;
+          tries.push_back(std::move(t));
+          tries.push_back(OrderTry{
+              .order = "interleaved",
+              .reason = fmt::format("the end order's plan is within {:.0f}% of its bound; --update-order auto plans "
+                                    "both",
+                                    (kOtherOrderAboveGap - 1) * 100),
+              .planned = false});
+          done = true;
+          return Status::Ok();
+        }
+      }
     } else if (schedule.status().code() == StatusCode::kOutOfMemory) {
       t.reason = schedule.status().message();
     } else {
       return schedule.status();
     }
     tries.push_back(std::move(t));
+    return Status::Ok();
+  };
+  FERRY_RETURN_IF_ERROR(plan_order(""));
+  if (done) return tries;
+  if (Status st = plan_order("interleaved"); !st.ok()) {
+    if (!where_far) return st;
+    // Not asked for: where the other order cannot be planned with this run's inputs (figures
+    // measured for the end order's graph, --profile), the end order trains, and the reason is listed.
+    tries.front().chosen = true;
+    tries.push_back(OrderTry{.order = "interleaved", .reason = "not planned: " + st.message(), .planned = false});
+    return tries;
   }
   auto fits = [](const OrderTry& t) { return t.predicted && t.predicted->feasible; };
   size_t chosen = 0;
@@ -930,9 +972,13 @@ int run_train(const TrainCliOptions& given) {
   if (o.policy.empty()) o.policy = o.budget.empty() ? "none" : "ferry";
   if (Status st = check_train_options(o); !st.ok()) return report(st);
   std::vector<OrderTry> order_tries;
-  if (o.graph.update_order == "auto") {
-    Result<std::vector<OrderTry>> tries = choose_update_order(o);
-    if (!tries.ok()) return report(tries.status().with_context("--update-order auto"));
+  // No --update-order on a zoo model with ferry's plan: the interleaved order is tried too only
+  // where the end order's plan is far from its bound (kOtherOrderAboveGap) or does not fit.
+  const bool where_far = o.graph.update_order.empty() && o.graph.trace.empty() && o.policy == "ferry";
+  if (o.graph.update_order == "auto" || where_far) {
+    Result<std::vector<OrderTry>> tries = choose_update_order(o, where_far);
+    if (!tries.ok())
+      return report(where_far ? tries.status() : tries.status().with_context("--update-order auto"));
     order_tries = std::move(*tries);
     for (const OrderTry& t : order_tries)
       if (t.chosen) o.graph.update_order = t.order == "end" ? "" : t.order;  // "": the graph's own
