@@ -17,6 +17,10 @@ namespace ferry::cli {
 // matrix of 2026-12-06, --update-order auto gained at most 1.1% in the cells within 5% of their
 // bound) and doubling the planning time is not worth it.
 constexpr double kOtherOrderAboveGap = 1.05;
+// Two orders' predicted times closer than this (relative) are a tie, which the graph's own order
+// wins: a plan "faster" by rounding noise (preact-resnet164 b32 at 33% on cpu-local: the two orders'
+// plans 669.276164 ms both) does not change the order trained.
+constexpr double kOrderTieRelative = 1e-6;
 
 struct GraphOptions {
   std::string model;

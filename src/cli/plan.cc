@@ -580,7 +580,7 @@ int run_plan(const PlanOptions& given) {
     const Result<Outcome>& best = outcomes[chosen];
     const bool better = !best.ok() || (outcomes[i]->sim.feasible && !best->sim.feasible) ||
                         (outcomes[i]->sim.feasible == best->sim.feasible &&
-                         outcomes[i]->sim.iteration_us < best->sim.iteration_us);
+                         outcomes[i]->sim.iteration_us < (1 - kOrderTieRelative) * best->sim.iteration_us);
     if (better) chosen = i;
   }
   const PlanSetup& s = (*setups)[chosen];
@@ -607,6 +607,9 @@ int run_plan(const PlanOptions& given) {
   PlanTimes times = out.times;
   nlohmann::json orders = nlohmann::json::array();
   std::string orders_text;
+  std::vector<double> planned_us;  // the orders' predicted times, told apart in orders_text
+  for (const Result<Outcome>& x : outcomes) planned_us.push_back(x.ok() ? x->sim.iteration_us : 0);
+  const std::vector<std::string> planned_ms = ms_apart(planned_us);
   for (size_t i = 0; i < outcomes.size(); ++i) {
     const std::string name(to_string(update_order_of((*setups)[i].graph)));
     nlohmann::json entry = {{"order", name}, {"chosen", i == chosen}, {"planned", true}};
@@ -616,7 +619,7 @@ int run_plan(const PlanOptions& given) {
       entry["iteration_ms"] = x.sim.iteration_us / 1e3;
       entry["lower_bound_ms"] = x.bound.us / 1e3;
       entry["planning_seconds"] = x.times.plan_s;
-      orders_text += fmt::format("{}{} {:.2f} ms{}", orders_text.empty() ? "" : ", ", name, x.sim.iteration_us / 1e3,
+      orders_text += fmt::format("{}{} {} ms{}", orders_text.empty() ? "" : ", ", name, planned_ms[i],
                                  x.sim.feasible ? "" : " (does not fit)");
       if (i != chosen) {
         if (x.bound.us < bound.us) bound = x.bound;

@@ -118,4 +118,17 @@ Result<TieredPlan> plan_tiered(std::string_view policy, const PlanContext& ctx,
   return out;
 }
 
+std::vector<std::string> ms_apart(const std::vector<double>& us) {
+  std::vector<std::string> text;
+  for (int decimals = 2;; ++decimals) {
+    text.clear();
+    for (double t : us) text.push_back(fmt::format("{:.{}f}", t / 1e3, decimals));
+    bool apart = true;
+    for (size_t i = 0; i < us.size(); ++i)
+      for (size_t j = i + 1; j < us.size(); ++j)
+        if (us[i] != us[j] && text[i] == text[j]) apart = false;
+    if (apart || decimals == 6) return text;
+  }
+}
+
 }  // namespace ferry::cli

@@ -107,8 +107,8 @@ struct Baseline {
 struct OrderTry {
   std::string order;  // "end" or "interleaved"
   bool chosen = false;
-  std::optional<SimResult> predicted;  // none: no plan fits this order (reason says why)
-  std::string reason;
+  std::optional<SimResult> predicted{};  // none: no plan fits this order (reason says why)
+  std::string reason{};
   bool planned = true;  // false: not planned (no --update-order, the first plan close to its bound)
   double planning_s = 0;
   // The budget both orders plan for: resolved on the graph's own order (a percentage of its
@@ -859,11 +859,16 @@ void print_train_header(const TrainCliOptions& o, const TrainSetup& s) {
                 static_cast<long long>(s.range.bucket));
   if (std::count_if(s.order_tries.begin(), s.order_tries.end(), [](const OrderTry& t) { return t.planned; }) > 1) {
     std::string tried;
-    for (const OrderTry& t : s.order_tries)
+    std::vector<double> us;  // told apart in the line
+    for (const OrderTry& t : s.order_tries) us.push_back(t.predicted ? t.predicted->iteration_us : 0);
+    const std::vector<std::string> ms = ms_apart(us);
+    for (size_t i = 0; i < s.order_tries.size(); ++i) {
+      const OrderTry& t = s.order_tries[i];
+      if (!t.planned) continue;
       tried += fmt::format("{}{} {}", tried.empty() ? "" : ", ", t.order,
-                           t.predicted ? fmt::format("{:.2f} ms{}", t.predicted->iteration_us / 1e3,
-                                                     t.predicted->feasible ? "" : " (does not fit)")
+                           t.predicted ? fmt::format("{} ms{}", ms[i], t.predicted->feasible ? "" : " (does not fit)")
                                        : std::string("(no plan)"));
+    }
     std::printf("  updates %s, the faster of the orders planned: %s (predicted on %s before training)\n",
                 std::string(to_string(update_order_of(s.graph))).c_str(), tried.c_str(), s.hw.name.c_str());
   }
@@ -874,7 +879,7 @@ void print_train_header(const TrainCliOptions& o, const TrainSetup& s) {
 // --update-order auto for a run: the run's graph (the largest shape) planned in both orders at
 // the budget bytes of its own order (a percentage is of that order's no-swap peak), each plan
 // simulated on --device's profile before anything trains; the faster feasible plan's order is
-// the run's (its own on a tie, or where the graph has no updates to move). The training loop then
+// the run's (its own on a tie, kOrderTieRelative, or where the graph has no updates to move). The training loop then
 // plans the chosen order again with its own figures. Errors: set-up errors of either order; any
 // planning error other than "no plan fits" (kOutOfMemory), which only rules that order out.
 Result<std::vector<OrderTry>> choose_update_order(const TrainCliOptions& o, bool where_far) {
@@ -957,7 +962,8 @@ Result<std::vector<OrderTry>> choose_update_order(const TrainCliOptions& o, bool
   }
   auto fits = [](const OrderTry& t) { return t.predicted && t.predicted->feasible; };
   size_t chosen = 0;
-  if (fits(tries[1]) && (!fits(tries[0]) || tries[1].predicted->iteration_us < tries[0].predicted->iteration_us))
+  if (fits(tries[1]) && (!fits(tries[0]) || tries[1].predicted->iteration_us <
+                                               (1 - kOrderTieRelative) * tries[0].predicted->iteration_us))
     chosen = 1;
   tries[chosen].chosen = true;
   return tries;

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <limits>
 #include <sstream>
+#include <regex>
 #include <set>
 #include <string>
 
@@ -753,6 +754,16 @@ TEST(Cli, PlanWithoutUpdateOrderTriesTheOtherOrderOnlyFarFromTheBound) {
                 1e-9 * want["lower_bound_ms"].get<double>());
     if (!far) {
       EXPECT_TRUE(other["reason"].get<std::string>().find("within 5%") != std::string::npos) << plain.out;
+    } else {
+      // The human summary gives both orders' times, told apart wherever they differ.
+      Output human = ferry(model + " --device " + device + " --budget " + budget);
+      ASSERT_EQ(human.code, 0) << human.out;
+      std::smatch m;
+      ASSERT_TRUE(std::regex_search(human.out, m, std::regex(R"(end ([0-9.]+) ms, interleaved ([0-9.]+) ms)")))
+          << human.out;
+      const bool differ = p["update_orders"][0]["iteration_ms"].get<double>() != other["iteration_ms"].get<double>();
+      EXPECT_EQ(m[1].str() != m[2].str(), differ) << human.out;
+      EXPECT_NE(human.out.find("the first plan was over 5% from its bound"), std::string::npos) << human.out;
     }
     tried.insert(far);
   }
