@@ -309,8 +309,16 @@ namespace {
 
 std::vector<double> losses_of(const nlohmann::json& j) {
   std::vector<double> v;
-  for (const auto& it : j["iterations"]) v.push_back(it["loss"].get<double>());
+  for (const auto& it : j.value("iterations", nlohmann::json::array())) v.push_back(it["loss"].get<double>());
   return v;
+}
+
+// Runs ferry with `args` (which give --json), expects exit 0 and returns its JSON (an empty object
+// where it failed).
+nlohmann::json run_json(const std::string& args) {
+  Output o = ferry(args);
+  EXPECT_EQ(o.code, 0) << o.out;
+  return o.code == 0 ? nlohmann::json::parse(o.out) : nlohmann::json::object();
 }
 
 // `ferry train --policy` under a budget below the no-plan peak: same losses as the unlimited run,
@@ -778,18 +786,8 @@ TEST(Cli, PlanWithoutUpdateOrderTriesTheOtherOrderOnlyFarFromTheBound) {
 TEST(Cli, TrainUpdateOrderAutoTrainsTheFasterOrderWithTheSameLosses) {
   const std::string train =
       "train --model gpt2-mini --batch 2 --seq 16 --optimizer adam --iters 3 --seed 5 --json --no-progress --budget 40%";
-  auto run = [](const std::string& cmd) {
-    Output o = ferry(cmd);
-    EXPECT_EQ(o.code, 0) << o.out;
-    return o.code == 0 ? nlohmann::json::parse(o.out) : nlohmann::json::object();
-  };
-  auto losses = [](const nlohmann::json& j) {
-    std::vector<double> v;
-    for (const auto& it : j.value("iterations", nlohmann::json::array())) v.push_back(it["loss"].get<double>());
-    return v;
-  };
-  const nlohmann::json end = run(train + " --update-order end");
-  ASSERT_FALSE(losses(end).empty());
+  const nlohmann::json end = run_json(train + " --update-order end");
+  ASSERT_FALSE(losses_of(end).empty());
   EXPECT_EQ(end["update_order"], "end");
   EXPECT_FALSE(end.contains("update_orders"));
   std::set<std::string> chosen;
@@ -797,7 +795,7 @@ TEST(Cli, TrainUpdateOrderAutoTrainsTheFasterOrderWithTheSameLosses) {
   // (predicted, 2026-12-06).
   for (const std::string device : {"a100-40gb-pcie4", "cpu-local"}) {
     SCOPED_TRACE(device);
-    const nlohmann::json a = run(train + " --update-order auto --device " + device);
+    const nlohmann::json a = run_json(train + " --update-order auto --device " + device);
     ASSERT_EQ(a["update_orders"].size(), 2u) << a.dump();
     const auto& e = a["update_orders"][0];
     const auto& i = a["update_orders"][1];
@@ -808,7 +806,7 @@ TEST(Cli, TrainUpdateOrderAutoTrainsTheFasterOrderWithTheSameLosses) {
     EXPECT_EQ(a["update_order"], interleaved ? "interleaved" : "end");
     EXPECT_NE(e["chosen"].get<bool>(), i["chosen"].get<bool>());
     EXPECT_EQ(i["chosen"].get<bool>(), interleaved);
-    EXPECT_EQ(losses(a), losses(end));
+    EXPECT_EQ(losses_of(a), losses_of(end));
     EXPECT_EQ(a["budget_bytes"], end["budget_bytes"]);
     chosen.insert(a["update_order"].get<std::string>());
   }
@@ -821,23 +819,13 @@ TEST(Cli, TrainUpdateOrderAutoTrainsTheFasterOrderWithTheSameLosses) {
 // bitwise the same in every case.
 TEST(Cli, TrainWithoutUpdateOrderTriesTheOtherOrderOnlyFarFromTheBound) {
   const std::string train = "train --model resnet-mini --batch 4 --iters 2 --seed 5 --json --no-progress --budget ";
-  auto run = [](const std::string& cmd) {
-    Output o = ferry(cmd);
-    EXPECT_EQ(o.code, 0) << o.out;
-    return o.code == 0 ? nlohmann::json::parse(o.out) : nlohmann::json::object();
-  };
-  auto losses = [](const nlohmann::json& j) {
-    std::vector<double> v;
-    for (const auto& it : j.value("iterations", nlohmann::json::array())) v.push_back(it["loss"].get<double>());
-    return v;
-  };
   std::set<bool> tried;
   for (const std::string budget : {"90%", "50%"}) {
     SCOPED_TRACE(budget);
-    const nlohmann::json end = run(train + budget + " --update-order end");
-    const nlohmann::json automatic = run(train + budget + " --update-order auto");
-    const nlohmann::json plain = run(train + budget);
-    ASSERT_FALSE(losses(end).empty());
+    const nlohmann::json end = run_json(train + budget + " --update-order end");
+    const nlohmann::json automatic = run_json(train + budget + " --update-order auto");
+    const nlohmann::json plain = run_json(train + budget);
+    ASSERT_FALSE(losses_of(end).empty());
     ASSERT_EQ(plain["update_orders"].size(), 2u) << plain.dump();
     const auto& other = plain["update_orders"][1];
     EXPECT_EQ(other["order"], "interleaved");
@@ -849,8 +837,8 @@ TEST(Cli, TrainWithoutUpdateOrderTriesTheOtherOrderOnlyFarFromTheBound) {
     } else {
       EXPECT_EQ(plain["update_orders"][1]["predicted_ms"], automatic["update_orders"][1]["predicted_ms"]);
     }
-    EXPECT_EQ(losses(plain), losses(end));
-    EXPECT_EQ(losses(automatic), losses(end));
+    EXPECT_EQ(losses_of(plain), losses_of(end));
+    EXPECT_EQ(losses_of(automatic), losses_of(end));
     EXPECT_EQ(plain["budget_bytes"], end["budget_bytes"]);
     tried.insert(far);
   }
