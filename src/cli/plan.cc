@@ -609,7 +609,7 @@ int run_plan(const PlanOptions& given) {
   std::string orders_text;
   std::vector<double> planned_us;  // the orders' predicted times, told apart in orders_text
   for (const Result<Outcome>& x : outcomes) planned_us.push_back(x.ok() ? x->sim.iteration_us : 0);
-  const std::vector<std::string> planned_ms = ms_apart(planned_us);
+  const std::vector<std::string> planned_ms = ms_apart(planned_us, kOrderTieRelative);
   for (size_t i = 0; i < outcomes.size(); ++i) {
     const std::string name(to_string(update_order_of((*setups)[i].graph)));
     nlohmann::json entry = {{"order", name}, {"chosen", i == chosen}, {"planned", true}};
@@ -675,13 +675,16 @@ int run_plan(const PlanOptions& given) {
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     print_plan_summary(o, s, out.planned, r, bound, times);
+    // Plans that predict the same time (kOrderTieRelative): the graph's own order is kept.
+    const bool tie = outcomes.size() > 1 && outcomes[0].ok() && outcomes[1].ok() && outcomes[0]->sim.feasible &&
+                     outcomes[1]->sim.feasible && planned_ms[0] == planned_ms[1];
     if (show_orders)
-      std::printf("  order       updates %s, chosen%s: %s (predicted; the bound is the smaller of the orders')\n",
+      std::printf("  order       updates %s, chosen%s: %s%s (predicted; the bound is the smaller of the orders')\n",
                   std::string(to_string(update_order_of(s.graph))).c_str(),
                   auto_order ? " by --update-order auto"
                              : fmt::format(" (the first plan was over {:.0f}% from its bound)",
                                            (kOtherOrderAboveGap - 1) * 100).c_str(),
-                  orders_text.c_str());
+                  orders_text.c_str(), tie ? ", a tie: the first order kept" : "");
     if (o.explain) print_decisions(s.graph, explain_schedule(s.graph, cost, schedule, &r));
   }
   return r.feasible ? 0 : 1;

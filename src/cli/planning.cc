@@ -1,6 +1,7 @@
 #include "cli/planning.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include <fmt/format.h>
 
@@ -118,7 +119,7 @@ Result<TieredPlan> plan_tiered(std::string_view policy, const PlanContext& ctx,
   return out;
 }
 
-std::vector<std::string> ms_apart(const std::vector<double>& us) {
+std::vector<std::string> ms_apart(const std::vector<double>& us, double tie) {
   std::vector<std::string> text;
   for (int decimals = 2;; ++decimals) {
     text.clear();
@@ -126,7 +127,7 @@ std::vector<std::string> ms_apart(const std::vector<double>& us) {
     bool apart = true;
     for (size_t i = 0; i < us.size(); ++i)
       for (size_t j = i + 1; j < us.size(); ++j)
-        if (us[i] != us[j] && text[i] == text[j]) apart = false;
+        if (std::abs(us[i] - us[j]) > tie * std::max(us[i], us[j]) && text[i] == text[j]) apart = false;
     if (apart || decimals == 6) return text;
   }
 }

@@ -71,7 +71,7 @@ Result<TieredPlan> plan_tiered(std::string_view policy, const PlanContext& ctx,
 
 // Milliseconds of each of `us` (times compared side by side, such as the update orders' predicted
 // times), with two decimals, or as many more (up to six) as it takes to tell apart the ones that
-// differ: a faster plan chosen by 0.001 ms does not read as a tie.
-std::vector<std::string> ms_apart(const std::vector<double>& us);
+// differ by more than `tie` (relative): a faster plan chosen by 0.001 ms does not read as a tie.
+std::vector<std::string> ms_apart(const std::vector<double>& us, double tie = 0);
 
 }  // namespace ferry::cli

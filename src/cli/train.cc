@@ -861,7 +861,7 @@ void print_train_header(const TrainCliOptions& o, const TrainSetup& s) {
     std::string tried;
     std::vector<double> us;  // told apart in the line
     for (const OrderTry& t : s.order_tries) us.push_back(t.predicted ? t.predicted->iteration_us : 0);
-    const std::vector<std::string> ms = ms_apart(us);
+    const std::vector<std::string> ms = ms_apart(us, kOrderTieRelative);
     for (size_t i = 0; i < s.order_tries.size(); ++i) {
       const OrderTry& t = s.order_tries[i];
       if (!t.planned) continue;
@@ -869,8 +869,13 @@ void print_train_header(const TrainCliOptions& o, const TrainSetup& s) {
                            t.predicted ? fmt::format("{} ms{}", ms[i], t.predicted->feasible ? "" : " (does not fit)")
                                        : std::string("(no plan)"));
     }
-    std::printf("  updates %s, the faster of the orders planned: %s (predicted on %s before training)\n",
-                std::string(to_string(update_order_of(s.graph))).c_str(), tried.c_str(), s.hw.name.c_str());
+    // Orders whose plans predict the same time (kOrderTieRelative) keep the graph's own.
+    auto fits = [](const OrderTry& t) { return t.predicted && t.predicted->feasible; };
+    const bool tie = fits(s.order_tries[0]) && fits(s.order_tries[1]) && ms[0] == ms[1];
+    std::printf("  updates %s, %s: %s (predicted on %s before training)\n",
+                std::string(to_string(update_order_of(s.graph))).c_str(),
+                tie ? "the orders planned tie, the first kept" : "the faster of the orders planned",
+                tried.c_str(), s.hw.name.c_str());
   }
   if (o.compare)
     std::printf("  --compare: each iteration also runs without a budget or a plan, the two runs taking turns\n");
