@@ -562,10 +562,8 @@ int run_plan(const PlanOptions& given) {
   for (const PlanSetup& s : *setups) {
     if (!outcomes.empty() && order_where_far) {
       const Result<Outcome>& first = outcomes.front();
-      if (first.ok() && first->sim.feasible && first->sim.iteration_us <= kOtherOrderAboveGap * first->bound.us) {
-        not_planned = fmt::format("the {} order's plan is within {:.0f}% of its bound; --update-order auto plans both",
-                                  to_string(update_order_of(setups->front().graph)),
-                                  (kOtherOrderAboveGap - 1) * 100);
+      if (first.ok() && first->sim.feasible && close_to_bound(first->sim.iteration_us, first->bound.us)) {
+        not_planned = not_planned_close_to_bound(to_string(update_order_of(setups->front().graph)));
         break;
       }
     }
@@ -580,7 +578,7 @@ int run_plan(const PlanOptions& given) {
     const Result<Outcome>& best = outcomes[chosen];
     const bool better = !best.ok() || (outcomes[i]->sim.feasible && !best->sim.feasible) ||
                         (outcomes[i]->sim.feasible == best->sim.feasible &&
-                         outcomes[i]->sim.iteration_us < (1 - kOrderTieRelative) * best->sim.iteration_us);
+                         order_faster(outcomes[i]->sim.iteration_us, best->sim.iteration_us));
     if (better) chosen = i;
   }
   const PlanSetup& s = (*setups)[chosen];
@@ -677,7 +675,8 @@ int run_plan(const PlanOptions& given) {
     print_plan_summary(o, s, out.planned, r, bound, times);
     // Plans that predict the same time (kOrderTieRelative): the graph's own order is kept.
     const bool tie = outcomes.size() > 1 && outcomes[0].ok() && outcomes[1].ok() && outcomes[0]->sim.feasible &&
-                     outcomes[1]->sim.feasible && planned_ms[0] == planned_ms[1];
+                     outcomes[1]->sim.feasible && !order_faster(planned_us[0], planned_us[1]) &&
+                     !order_faster(planned_us[1], planned_us[0]);
     if (show_orders)
       std::printf("  order       updates %s, chosen%s: %s%s (predicted; the bound is the smaller of the orders')\n",
                   std::string(to_string(update_order_of(s.graph))).c_str(),

@@ -119,6 +119,15 @@ Result<TieredPlan> plan_tiered(std::string_view policy, const PlanContext& ctx,
   return out;
 }
 
+bool order_faster(double us, double than_us) { return us < (1 - kOrderTieRelative) * than_us; }
+
+bool close_to_bound(double us, double bound_us) { return us <= kOtherOrderAboveGap * bound_us; }
+
+std::string not_planned_close_to_bound(std::string_view planned_order) {
+  return fmt::format("the {} order's plan is within {:.0f}% of its bound; --update-order auto plans both",
+                     planned_order, (kOtherOrderAboveGap - 1) * 100);
+}
+
 std::vector<std::string> ms_apart(const std::vector<double>& us, double tie) {
   std::vector<std::string> text;
   for (int decimals = 2;; ++decimals) {

@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include "backend/backend.h"
+#include "cli/options.h"
 #include "common/status.h"
 #include "cost/cost_model.h"
 #include "graph/graph.h"
@@ -68,6 +69,14 @@ struct TieredPlan {
 // budget with recomputation only (nothing is swapped).
 Result<TieredPlan> plan_tiered(std::string_view policy, const PlanContext& ctx,
                                const std::optional<BudgetSpec>& host_budget);
+
+// The update-order rules that `ferry plan` and `ferry train` share (kOrderTieRelative and
+// kOtherOrderAboveGap, cli/options.h): whether a plan of `us` is faster than one of `than_us` (not a
+// tie), whether a plan is close enough to its bound that the other order is not planned, and the
+// reason given then.
+bool order_faster(double us, double than_us);
+bool close_to_bound(double us, double bound_us);
+std::string not_planned_close_to_bound(std::string_view planned_order);
 
 // Milliseconds of each of `us` (times compared side by side, such as the update orders' predicted
 // times), with two decimals, or as many more (up to six) as it takes to tell apart the ones that

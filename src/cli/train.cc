@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <cstdio>
 #include <map>
 
@@ -121,6 +122,9 @@ struct ShapePlanning {
   Graph sized;                    // the graph with the backend's tensor sizes
   std::vector<uint64_t> scratch;  // the backend's per-op scratch
   PlanFunction planner;           // what the training loop plans with
+  // The context `planner` plans in, for a graph with its cost model (the bound of its plan is of the
+  // same context).
+  std::function<PlanContext(const Graph&, const CostModel&)> context;
   // Every plan `planner` made, oldest first (policies other than none): their tier needs and
   // --host-budget. A re-plan may keep the plan running (PlanVersion::kept_current), so the plan a
   // report describes is found by its schedule (running_plan).
@@ -383,12 +387,16 @@ Result<ShapePlanning> plan_shape(const TrainCliOptions& o, const TrainSetup& s, 
     std::string text;  // the first plan's description ("4.00 MiB (50% of 8.00 MiB)")
   };
   auto host_cap = std::make_shared<HostCap>(HostCap{.spec = host_budget, .text = {}});
-  sp.planner = [=](const Graph& timed, const CostModel& cost) -> Result<Schedule> {
-    if (policy == "none") return Schedule::keep_all(timed.ops.size());
+  sp.context = [=](const Graph& timed, const CostModel& cost) {
     PlanContext ctx{.graph = timed, .cost = cost, .budget_bytes = budget, .tier = tier, .op_scratch_bytes = scratch,
                     .options = options};
     ctx.recompute_only = recompute_only;
     ctx.ssd_codec = ssd_codec;
+    return ctx;
+  };
+  sp.planner = [=, context = sp.context](const Graph& timed, const CostModel& cost) -> Result<Schedule> {
+    if (policy == "none") return Schedule::keep_all(timed.ops.size());
+    const PlanContext ctx = context(timed, cost);
     FERRY_ASSIGN_OR_RETURN(TieredPlan plan, plan_tiered(policy, ctx, host_cap->spec));
     if (host_cap->spec && host_cap->spec->percent && plan.host_budget_bytes) {
       host_cap->text = plan.host_budget_text;
@@ -871,7 +879,8 @@ void print_train_header(const TrainCliOptions& o, const TrainSetup& s) {
     }
     // Orders whose plans predict the same time (kOrderTieRelative) keep the graph's own.
     auto fits = [](const OrderTry& t) { return t.predicted && t.predicted->feasible; };
-    const bool tie = fits(s.order_tries[0]) && fits(s.order_tries[1]) && ms[0] == ms[1];
+    const bool tie = fits(s.order_tries[0]) && fits(s.order_tries[1]) && !order_faster(us[0], us[1]) &&
+                     !order_faster(us[1], us[0]);
     std::printf("  updates %s, %s: %s (predicted on %s before training)\n",
                 std::string(to_string(update_order_of(s.graph))).c_str(),
                 tie ? "the orders planned tie, the first kept" : "the faster of the orders planned",
@@ -884,8 +893,8 @@ void print_train_header(const TrainCliOptions& o, const TrainSetup& s) {
 // --update-order auto for a run: the run's graph (the largest shape) planned in both orders at
 // the budget bytes of its own order (a percentage is of that order's no-swap peak), each plan
 // simulated on --device's profile before anything trains; the faster feasible plan's order is
-// the run's (its own on a tie, kOrderTieRelative, or where the graph has no updates to move). The training loop then
-// plans the chosen order again with its own figures. Errors: set-up errors of either order; any
+// the run's (its own on a tie, order_faster, or where the graph has no updates to move). The
+// training loop then plans the chosen order again with its own figures. Errors: set-up errors of either order; any
 // planning error other than "no plan fits" (kOutOfMemory), which only rules that order out.
 Result<std::vector<OrderTry>> choose_update_order(const TrainCliOptions& o, bool where_far) {
   std::vector<OrderTry> tries;
@@ -928,21 +937,14 @@ Result<std::vector<OrderTry>> choose_update_order(const TrainCliOptions& o, bool
         std::optional<LowerBound> bound;
         if (!sp.plans->empty() && sp.plans->back().report.bound) bound = *sp.plans->back().report.bound;
         if (!bound) {
-          PlanContext ctx{.graph = sp.sized, .cost = cost, .budget_bytes = s.budget_bytes, .tier = s.tier,
-                          .op_scratch_bytes = sp.scratch};
-          ctx.recompute_only = o.tier == "none";
-          FERRY_ASSIGN_OR_RETURN(LowerBound b, lower_bound(ctx));
+          FERRY_ASSIGN_OR_RETURN(LowerBound b, lower_bound(sp.context(sp.sized, cost)));
           bound = b;
         }
-        if (t.predicted->iteration_us <= kOtherOrderAboveGap * bound->us) {
+        if (close_to_bound(t.predicted->iteration_us, bound->us)) {
           t.chosen = true;
           tries.push_back(std::move(t));
-          tries.push_back(OrderTry{
-              .order = "interleaved",
-              .reason = fmt::format("the end order's plan is within {:.0f}% of its bound; --update-order auto plans "
-                                    "both",
-                                    (kOtherOrderAboveGap - 1) * 100),
-              .planned = false});
+          tries.push_back(
+              OrderTry{.order = "interleaved", .reason = not_planned_close_to_bound("end"), .planned = false});
           done = true;
           return Status::Ok();
         }
@@ -967,8 +969,8 @@ Result<std::vector<OrderTry>> choose_update_order(const TrainCliOptions& o, bool
   }
   auto fits = [](const OrderTry& t) { return t.predicted && t.predicted->feasible; };
   size_t chosen = 0;
-  if (fits(tries[1]) && (!fits(tries[0]) || tries[1].predicted->iteration_us <
-                                               (1 - kOrderTieRelative) * tries[0].predicted->iteration_us))
+  if (fits(tries[1]) &&
+      (!fits(tries[0]) || order_faster(tries[1].predicted->iteration_us, tries[0].predicted->iteration_us)))
     chosen = 1;
   tries[chosen].chosen = true;
   return tries;
