@@ -785,6 +785,27 @@ TEST(Cli, PlanWithoutUpdateOrderTriesTheOtherOrderOnlyFarFromTheBound) {
   EXPECT_FALSE(nlohmann::json::parse(lru.out).contains("update_orders")) << "only ferry's plans try both orders";
 }
 
+// A trace keeps the update order it records: without --update-order its plan is of that order
+// alone, where the zoo model it came from gets the other order tried (GPT-2 mini at 25% on the A100
+// profile: the end order's plan is far from its bound, and the interleaved one is faster; predicted,
+// 2026-12-07).
+TEST(Cli, PlanOfATraceKeepsItsOwnUpdateOrder) {
+  const std::string model = "--model gpt2-mini --batch 2 --seq 64 --optimizer adam";
+  const std::string cell = " --device a100-40gb-pcie4 --budget 25% --json";
+  const std::string trace = temp("own-order.json");
+  Output exported = ferry("analyze " + model + " --export-trace " + trace);
+  ASSERT_EQ(exported.code, 0) << exported.out;
+  const nlohmann::json zoo = run_json("plan " + model + cell);
+  ASSERT_EQ(zoo["update_orders"].size(), 2u) << zoo.dump();
+  ASSERT_EQ(zoo["update_order"], "interleaved") << "the cell must be one where the other order wins";
+  const nlohmann::json end = run_json("plan " + model + cell + " --update-order end");
+  const nlohmann::json traced = run_json("plan --trace " + trace + cell);
+  EXPECT_FALSE(traced.contains("update_orders")) << traced.dump();
+  EXPECT_EQ(traced["update_order"], "end");
+  EXPECT_EQ(traced["iteration_ms"].get<double>(), end["iteration_ms"].get<double>());
+  std::filesystem::remove(trace);
+}
+
 // Two orders whose plans predict the same time (within a millionth) are a tie, which the end order
 // keeps: on the main job's model (preact-resnet164 b32 at 33% on cpu-local, 2026-12-07) the two
 // plans differ by rounding alone, and the interleaved order was chosen for it before.

@@ -1474,6 +1474,12 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
     std::vector<OpId> host_ops;
     Config config;
   };
+  // Moves a variant out and leaves an empty one behind (a moved-from optional still holds a value).
+  auto take = [](Variant& v) {
+    Variant out = std::move(v);
+    v = Variant{};
+    return out;
+  };
   Variant best;
   // The fastest fitting plan with another set of host updates than the winner's: polished too,
   // since the polish can reorder close candidates.
@@ -1700,7 +1706,35 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
     return std::move(*fitted);
   }
   using Polish = planner::Planner::Polish;
-  auto polish = [&](Variant& v, Polish kind = Polish::kStalls) -> Status {
+  // The plan a variant apart replaced: its recompute polish may make it the faster again.
+  Variant replaced;
+  // Note [Far behind]
+  //   Several candidates are polished (the two fastest host sets, the variants apart, the plan a
+  //   variant apart replaced, the guided and the stall-ban variants) because a polish can reorder
+  //   them: over the benchmark's matrix (2026-12-07, predicted) a stall polish took a candidate
+  //   down by up to 1.38x (V100 GPT-2 XL at 25%), and one 25% behind the fastest came out ahead of
+  //   it (A100 ResNet-152 at 33%). But on the tightest CNN cells most of the planning went into
+  //   polishing candidates 1.5-2.7x behind (DenseNet-264 at 10%: 13 s each), whose polish gained
+  //   3-16% and never made one the winner. No polish can be proven wasted before it runs (the
+  //   stall polish never takes work off the compute stream, but the recompute polish after it can),
+  //   so the rule is a margin over what was seen: a candidate more than 1.5x behind the fastest
+  //   other candidate's current time is not polished (FerryTuning::polish_far_behind). Every candidate's time only falls (a
+  //   polish keeps a change only where it simulates faster) and each meets the winner in one of
+  //   the comparisons below, so that time is one the winner will beat or match.
+  auto lead_us = [&](const Variant& self) {
+    double lead = std::numeric_limits<double>::infinity();
+    for (const Variant* v : {&best, &second, &kept_weights, &sourced, &guided, &replaced})
+      if (v != &self && v->attempt && v->attempt->fits) lead = std::min(lead, v->us);
+    return lead;
+  };
+  size_t far_behind = 0;  // polishes left out
+  // Polishes v and sets its time; nothing where v is more than polish_far_behind times `lead` (by
+  // default the fastest other candidate's time).
+  auto polish = [&](Variant& v, Polish kind = Polish::kStalls, std::optional<double> lead = std::nullopt) -> Status {
+    if (tuning.polish_far_behind > 0 && v.us > tuning.polish_far_behind * lead.value_or(lead_us(v))) {
+      ++far_behind;
+      return Status::Ok();
+    }
     // Each try lowers (and mostly simulates) the whole iteration: the winner's polish gets its
     // full budget up to 2,000 ops and proportionally fewer tries above (at least 16).
     const int64_t ops = static_cast<int64_t>(facts.g().ops.size());
@@ -1711,36 +1745,27 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
                                           tuning.max_recompute_polish_tries * int64_t{2000} / ops));
     FERRY_ASSIGN_OR_RETURN(v.attempt, v.planner->polish(std::move(*v.attempt), tuning.repair_rounds, tries, kind,
                                                         tuning.polish_swap_out_waits, tuning.polish_copy_order));
+    v.us = std::numeric_limits<double>::infinity();
+    if (v.attempt->fits) {
+      FERRY_ASSIGN_OR_RETURN(SimResult sim, simulate_for_planning(ctx, facts, v.attempt->schedule));
+      v.us = sim.iteration_us;
+    }
     return Status::Ok();
-  };
-  auto simulated_us = [&](const Variant& v) -> Result<double> {
-    FERRY_ASSIGN_OR_RETURN(SimResult sim, simulate_for_planning(ctx, facts, v.attempt->schedule));
-    return sim.iteration_us;
   };
   const bool polishing = ctx.budget_bytes != 0 && tuning.repair_rounds > 0;
   if (best.attempt->fits && polishing) {
     FERRY_RETURN_IF_ERROR(polish(best));
     if (second.attempt) {
-      FERRY_ASSIGN_OR_RETURN(best.us, simulated_us(best));
       FERRY_RETURN_IF_ERROR(polish(second));
-      FERRY_ASSIGN_OR_RETURN(second.us, simulated_us(second));
-      if (second.attempt->fits && second.us < best.us) best = std::move(second);
+      if (second.attempt->fits && second.us < best.us) best = take(second);
     }
   }
-  // The plan a variant apart replaced: its recompute polish may make it the faster again.
-  Variant replaced;
   for (Variant* apart : {&kept_weights, &sourced}) {
     if (!apart->attempt) continue;
-    if (polishing) {
-      FERRY_RETURN_IF_ERROR(polish(*apart));
-      FERRY_ASSIGN_OR_RETURN(apart->us, simulated_us(*apart));
-    }
-    if (best.attempt->fits) {
-      FERRY_ASSIGN_OR_RETURN(best.us, simulated_us(best));
-    }
+    if (polishing) FERRY_RETURN_IF_ERROR(polish(*apart));
     if (apart->attempt->fits && (!best.attempt->fits || apart->us < best.us)) {
-      if (best.attempt->fits) replaced = std::move(best);
-      best = std::move(*apart);
+      if (best.attempt->fits) replaced = take(best);
+      best = take(*apart);
     }
   }
   // The costly recomputes of the winner only (each candidate polished so would triple its time),
@@ -1749,9 +1774,7 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
     FERRY_RETURN_IF_ERROR(polish(best, Polish::kRecomputes));
     if (replaced.attempt) {
       FERRY_RETURN_IF_ERROR(polish(replaced, Polish::kRecomputes));
-      FERRY_ASSIGN_OR_RETURN(best.us, simulated_us(best));
-      FERRY_ASSIGN_OR_RETURN(replaced.us, simulated_us(replaced));
-      if (replaced.attempt->fits && replaced.us < best.us) best = std::move(replaced);
+      if (replaced.attempt->fits && replaced.us < best.us) best = take(replaced);
     }
   }
   // The LP-guided variant last, with both polishes, against the winner after both of its own: it
@@ -1763,20 +1786,11 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
   // DenseNet-264, BERT-large, GPT-2 medium).
   if (guided.attempt) {
     constexpr double kGuidedPolishSlack = 1.02;
-    if (polishing) {
-      FERRY_RETURN_IF_ERROR(polish(guided));
-      FERRY_ASSIGN_OR_RETURN(guided.us, simulated_us(guided));
-    }
-    best.us = std::numeric_limits<double>::infinity();
-    if (best.attempt->fits) {
-      FERRY_ASSIGN_OR_RETURN(best.us, simulated_us(best));
-    }
+    if (polishing) FERRY_RETURN_IF_ERROR(polish(guided));
     if (polishing && guided.attempt->fits && guided.us < kGuidedPolishSlack * best.us &&
-        tuning.max_recompute_polish_tries > 0) {
+        tuning.max_recompute_polish_tries > 0)
       FERRY_RETURN_IF_ERROR(polish(guided, Polish::kRecomputes));
-      FERRY_ASSIGN_OR_RETURN(guided.us, simulated_us(guided));
-    }
-    if (guided.attempt->fits && guided.us < best.us) best = std::move(guided);
+    if (guided.attempt->fits && guided.us < best.us) best = take(guided);
   }
   // Note [Stall bans]
   //   The greedy scores a gap by its estimated cost per byte at the peak step. Where a copy has no
@@ -1839,21 +1853,21 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
         }
       }
     if (banned.attempt) {
-      FERRY_RETURN_IF_ERROR(polish(banned));
-      FERRY_ASSIGN_OR_RETURN(banned.us, simulated_us(banned));
-      if (banned.attempt->fits && banned.us < best.us && tuning.max_recompute_polish_tries > 0) {
-        FERRY_RETURN_IF_ERROR(polish(banned, Polish::kRecomputes));
-        FERRY_ASSIGN_OR_RETURN(banned.us, simulated_us(banned));
-      }
+      FERRY_RETURN_IF_ERROR(polish(banned, Polish::kStalls, best.us));
+      if (banned.attempt->fits && banned.us < best.us && tuning.max_recompute_polish_tries > 0)
+        FERRY_RETURN_IF_ERROR(polish(banned, Polish::kRecomputes, best.us));
       if (banned.attempt->fits && banned.us < best.us) {
         banned.attempt->notes +=
             fmt::format("; {} stalled transient{} kept on the device (Note [Stall bans])", banned_count,
                         banned_count == 1 ? "" : "s");
-        best = std::move(banned);
+        best = take(banned);
       }
     }
   }
   PlanAttempt& plan = *best.attempt;
+  if (far_behind > 0)
+    plan.notes += fmt::format("; {} polish{} of candidates far behind left out (Note [Far behind])", far_behind,
+                              far_behind == 1 ? "" : "es");
   if (decisions != nullptr) *decisions = best.planner->explain();
   // The rounds placed with a shortcut (the first placement within the budget); report the
   // smallest, as every consumer of the schedule will place it.

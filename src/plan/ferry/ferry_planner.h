@@ -45,6 +45,9 @@ struct FerryTuning {
   // they are first read (each kept only where the plan fits and simulates faster; at most 96
   // tries more, no more than the polish's own on large graphs).
   bool polish_copy_order = true;
+  // A candidate more than this many times slower than the fastest other one is not polished
+  // (Note [Far behind] in ferry_planner.cc); 0: every candidate is.
+  double polish_far_behind = 1.5;
   // Also plan with the optimizer updates on the host (ZeRO-Offload, plan/ferry/host_updates.h) where
   // the profile has a host optimizer rate, and keep whichever simulates faster.
   bool host_updates = true;
