@@ -1714,13 +1714,15 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
   //   them: over the benchmark's matrix (2026-12-07, predicted) a stall polish took a candidate
   //   down by up to 1.38x (V100 GPT-2 XL at 25%), and one 25% behind the fastest came out ahead of
   //   it (A100 ResNet-152 at 33%). But on the tightest CNN cells most of the planning went into
-  //   polishing candidates 1.5-2.7x behind (DenseNet-264 at 10%: 13 s each), whose polish gained
-  //   3-16% and never made one the winner. No polish can be proven wasted before it runs (the
-  //   stall polish never takes work off the compute stream, but the recompute polish after it can),
-  //   so the rule is a margin over what was seen: a candidate more than 1.5x behind the fastest
-  //   other candidate's current time is not polished (FerryTuning::polish_far_behind). Every candidate's time only falls (a
-  //   polish keeps a change only where it simulates faster) and each meets the winner in one of
-  //   the comparisons below, so that time is one the winner will beat or match.
+  //   polishing candidates 1.5-2.7x behind (DenseNet-264 at 10%: up to 13 s each), whose polish
+  //   gained 0-16% and never made one the winner. No polish can be proven wasted before it runs
+  //   (the stall polish never takes work off the compute stream, but the recompute polish after it
+  //   can), so the rule is a margin over what was seen: a candidate more than 1.5x behind the
+  //   fastest other candidate's current time is not polished (FerryTuning::polish_far_behind).
+  //   Every candidate's time only falls (a polish keeps a change only where it simulates faster)
+  //   and each meets the winner in one of the comparisons below, so that time is one the winner
+  //   will beat or match. (For the stall-ban variant, which is not in the list, it is the winner's
+  //   own time: every other candidate lost to it.)
   auto lead_us = [&](const Variant& self) {
     double lead = std::numeric_limits<double>::infinity();
     for (const Variant* v : {&best, &second, &kept_weights, &sourced, &guided, &replaced})
@@ -1728,10 +1730,10 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
     return lead;
   };
   size_t far_behind = 0;  // polishes left out
-  // Polishes v and sets its time; nothing where v is more than polish_far_behind times `lead` (by
-  // default the fastest other candidate's time).
-  auto polish = [&](Variant& v, Polish kind = Polish::kStalls, std::optional<double> lead = std::nullopt) -> Status {
-    if (tuning.polish_far_behind > 0 && v.us > tuning.polish_far_behind * lead.value_or(lead_us(v))) {
+  // Polishes v and sets its time; nothing where v is more than polish_far_behind times the fastest
+  // other candidate's time.
+  auto polish = [&](Variant& v, Polish kind = Polish::kStalls) -> Status {
+    if (tuning.polish_far_behind > 0 && v.us > tuning.polish_far_behind * lead_us(v)) {
       ++far_behind;
       return Status::Ok();
     }
@@ -1812,7 +1814,6 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
     constexpr size_t kMaxStallBans = 3;
     constexpr double kMinBannedWait = 0.01;
     FERRY_ASSIGN_OR_RETURN(const SimResult sim, simulate_for_planning(ctx, facts, best.attempt->schedule));
-    best.us = sim.iteration_us;
     std::vector<std::pair<double, TensorId>> waits;
     for (size_t t = 0; t < sim.swap_in_wait_us.size(); ++t) {
       const double w = sim.swap_in_wait_us[t] + (t < sim.swap_out_wait_us.size() ? sim.swap_out_wait_us[t] : 0.0);
@@ -1853,9 +1854,9 @@ Result<PlanAttempt> plan_ferry(const PlanContext& ctx, const PlanFacts& facts, c
         }
       }
     if (banned.attempt) {
-      FERRY_RETURN_IF_ERROR(polish(banned, Polish::kStalls, best.us));
+      FERRY_RETURN_IF_ERROR(polish(banned));
       if (banned.attempt->fits && banned.us < best.us && tuning.max_recompute_polish_tries > 0)
-        FERRY_RETURN_IF_ERROR(polish(banned, Polish::kRecomputes, best.us));
+        FERRY_RETURN_IF_ERROR(polish(banned, Polish::kRecomputes));
       if (banned.attempt->fits && banned.us < best.us) {
         banned.attempt->notes +=
             fmt::format("; {} stalled transient{} kept on the device (Note [Stall bans])", banned_count,
