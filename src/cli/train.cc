@@ -895,11 +895,14 @@ void print_train_header(const TrainCliOptions& o, const TrainSetup& s) {
 // simulated on --device's profile before anything trains; the faster feasible plan's order is
 // the run's (its own on a tie, order_faster, or where the graph has no updates to move). The
 // training loop then plans the chosen order again with its own figures. Errors: set-up errors of either order; any
-// planning error other than "no plan fits" (kOutOfMemory), which only rules that order out.
+// planning error other than "no plan fits" (kOutOfMemory), which only rules that order out. Without
+// --update-order, a --profile file of the interleaved order's graph (which the first order refuses)
+// trains that order.
 Result<std::vector<OrderTry>> choose_update_order(const TrainCliOptions& o, bool where_far) {
   std::vector<OrderTry> tries;
   uint64_t budget_bytes = 0, no_swap_peak = 0;
   bool done = false;  // the first order's plan alone decides
+  bool profile_refused = false;  // --profile does not hold the first order's figures
   auto plan_order = [&](const std::string& order) -> Status {
     TrainCliOptions oo = o;
     oo.graph.update_order = order;
@@ -924,7 +927,12 @@ Result<std::vector<OrderTry>> choose_update_order(const TrainCliOptions& o, bool
     }
     OrderTry t{.order = std::string(to_string(update_order_of(s.graph))), .budget_bytes = budget_bytes,
                .no_swap_peak_bytes = no_swap_peak};
-    FERRY_ASSIGN_OR_RETURN(ShapePlanning sp, plan_shape(oo, s, s.graph));
+    Result<ShapePlanning> shape = plan_shape(oo, s, s.graph);
+    if (!shape.ok()) {
+      profile_refused = order.empty() && !o.profile_file.empty() && shape.status().code() == StatusCode::kInvalidArgument;
+      return shape.status();
+    }
+    ShapePlanning& sp = *shape;
     const CostModel cost(s.hw);
     const auto start = std::chrono::steady_clock::now();
     Result<Schedule> schedule = sp.planner(sp.sized, cost);
@@ -957,7 +965,17 @@ Result<std::vector<OrderTry>> choose_update_order(const TrainCliOptions& o, bool
     tries.push_back(std::move(t));
     return Status::Ok();
   };
-  FERRY_RETURN_IF_ERROR(plan_order(""));
+  if (Status first = plan_order(""); !first.ok()) {
+    // --profile with the figures of the interleaved order's graph (the cache file of a run that
+    // trained that order): that order is planned, from them, and trains; where it cannot be
+    // either, the first order's error stands.
+    if (!where_far || !profile_refused) return first;
+    if (Status other = plan_order("interleaved"); !other.ok()) return first;
+    tries.insert(tries.begin(), OrderTry{.order = "end", .reason = "not planned: " + first.message(), .planned = false,
+                                         .budget_bytes = budget_bytes, .no_swap_peak_bytes = no_swap_peak});
+    tries.back().chosen = true;
+    return tries;
+  }
   if (done) return tries;
   if (Status st = plan_order("interleaved"); !st.ok()) {
     if (!where_far) return st;

@@ -221,7 +221,7 @@ Result<std::optional<MeasuredFigures>> read_figures(const std::string& path, con
   if (got.tier != key.tier) return differs("swap tier", key.tier, got.tier);
   if (got.threads != key.threads) return differs("threads", std::to_string(key.threads), std::to_string(got.threads));
   if (got.graph_hash != key.graph_hash)
-    return differs("graph (ops and tensor sizes; another shape or optimizer?)", key.graph_hash, got.graph_hash);
+    return differs("graph (ops and tensor sizes; another shape, optimizer or update order?)", key.graph_hash, got.graph_hash);
   return std::optional<MeasuredFigures>(parsed->figures);
 }
 

@@ -1396,6 +1396,38 @@ TEST(Cli, TrainMeasuresCachesAndReusesItsProfile) {
   std::filesystem::remove_all(own_cache);
 }
 
+// A cache file is of one update order's graph. Without --update-order, --profile with the file of
+// a run that trained the interleaved order plans and trains that order from it (the end order's
+// graph refuses the file, and the end order is listed as not planned, saying why); asking for the
+// end order with it is still refused.
+TEST(Cli, TrainProfileOfTheInterleavedOrderTrainsThatOrder) {
+  const std::string common = "train --model resnet-mini --batch 8 --iters 2 --budget 70% --no-progress --json";
+  const std::string own_cache = temp("interleaved-cache");
+  std::filesystem::remove_all(own_cache);
+  ::setenv("XDG_CACHE_HOME", own_cache.c_str(), 1);
+  Output measured = ferry(common + " --update-order interleaved");
+  ASSERT_EQ(measured.code, 0) << measured.out;
+  const auto m = nlohmann::json::parse(measured.out);
+  ASSERT_EQ(m["update_order"], "interleaved");
+  ASSERT_TRUE(m["profile_cache"].is_string()) << m.dump();
+  const std::string file = temp("interleaved-figures.json");
+  std::filesystem::copy_file(m["profile_cache"].get<std::string>(), file,
+                             std::filesystem::copy_options::overwrite_existing);
+  Output from_file = ferry(common + " --profile " + file);
+  ASSERT_EQ(from_file.code, 0) << from_file.out;
+  const auto j = nlohmann::json::parse(from_file.out);
+  EXPECT_EQ(j["update_order"], "interleaved");
+  EXPECT_EQ(j["profile_source"], "file");
+  ASSERT_EQ(j["update_orders"].size(), 2u) << j["update_orders"].dump();
+  EXPECT_EQ(j["update_orders"][0]["order"], "end");
+  EXPECT_FALSE(j["update_orders"][0]["planned"].get<bool>());
+  EXPECT_NE(j["update_orders"][0]["reason"].get<std::string>().find("update order"), std::string::npos);
+  EXPECT_TRUE(j["update_orders"][1]["chosen"].get<bool>());
+  expect_failure(common + " --update-order end --profile " + file, 2, "graph");
+  std::filesystem::remove(file);
+  std::filesystem::remove_all(own_cache);
+}
+
 // --seq-range: one plan per bucket, the same losses as the same shapes without a plan
 // (--compare), every bucket within the budget, planning time reported.
 TEST(Cli, TrainWithVariableSequenceLengths) {
