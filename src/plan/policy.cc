@@ -382,8 +382,8 @@ Result<PlanReport> plan_policy(std::string_view policy, const PlanContext& ctx) 
   }
   if (!a.fits && !ctx.name_smallest_budget)
     return Status::OutOfMemory(fmt::format(
-        "policy '{}' cannot fit model '{}' in {} ({} bytes): the best plan it found needs {} ({} bytes) of device "
-        "memory{}",
+        "policy '{}' cannot fit model '{}' in {} ({} bytes): the best plan it found for that budget needs {} ({} "
+        "bytes) of device memory{}",
         e->info.name, ctx.graph.info.model, format_bytes(ctx.budget_bytes), ctx.budget_bytes,
         format_bytes(a.measure.device_bytes), a.measure.device_bytes, a.notes.empty() ? "" : " (" + a.notes + ")"));
   if (!a.fits) {
@@ -393,9 +393,9 @@ Result<PlanReport> plan_policy(std::string_view policy, const PlanContext& ctx) 
     }
     const uint64_t need = *smallest;
     return Status::OutOfMemory(fmt::format(
-        "policy '{}' cannot fit model '{}' in {} ({} bytes): the best plan it found needs {} ({} bytes) of device "
-        "memory{}; the smallest budget at which '{}' fits is {} ({} bytes, {} of the {} the model needs without a "
-        "policy)",
+        "policy '{}' cannot fit model '{}' in {} ({} bytes): the best plan it found for that budget needs {} ({} "
+        "bytes) of device memory{}; the smallest budget at which '{}' fits is {} ({} bytes, {} of the {} the model "
+        "needs without a policy)",
         e->info.name, ctx.graph.info.model, format_bytes(ctx.budget_bytes), ctx.budget_bytes,
         format_bytes(a.measure.device_bytes), a.measure.device_bytes, a.notes.empty() ? "" : " (" + a.notes + ")",
         e->info.name, format_bytes(need), need, percent_of_none(need, facts), format_bytes(facts.none_device_bytes)));
