@@ -380,25 +380,22 @@ Result<PlanReport> plan_policy(std::string_view policy, const PlanContext& ctx) 
       }
     }
   }
-  if (!a.fits && !ctx.name_smallest_budget)
-    return Status::OutOfMemory(fmt::format(
+  if (!a.fits) {
+    const std::string refusal = fmt::format(
         "policy '{}' cannot fit model '{}' in {} ({} bytes): the best plan it found for that budget needs {} ({} "
         "bytes) of device memory{}",
         e->info.name, ctx.graph.info.model, format_bytes(ctx.budget_bytes), ctx.budget_bytes,
-        format_bytes(a.measure.device_bytes), a.measure.device_bytes, a.notes.empty() ? "" : " (" + a.notes + ")"));
-  if (!a.fits) {
+        format_bytes(a.measure.device_bytes), a.measure.device_bytes, a.notes.empty() ? "" : " (" + a.notes + ")");
+    if (!ctx.name_smallest_budget) return Status::OutOfMemory(refusal);
     if (!smallest) {
       FERRY_ASSIGN_OR_RETURN(uint64_t searched, min_budget(*e, ctx, facts));
       smallest = searched;
     }
     const uint64_t need = *smallest;
     return Status::OutOfMemory(fmt::format(
-        "policy '{}' cannot fit model '{}' in {} ({} bytes): the best plan it found for that budget needs {} ({} "
-        "bytes) of device memory{}; the smallest budget at which '{}' fits is {} ({} bytes, {} of the {} the model "
-        "needs without a policy)",
-        e->info.name, ctx.graph.info.model, format_bytes(ctx.budget_bytes), ctx.budget_bytes,
-        format_bytes(a.measure.device_bytes), a.measure.device_bytes, a.notes.empty() ? "" : " (" + a.notes + ")",
-        e->info.name, format_bytes(need), need, percent_of_none(need, facts), format_bytes(facts.none_device_bytes)));
+        "{}; the smallest budget at which '{}' fits is {} ({} bytes, {} of the {} the model needs without a policy)",
+        refusal, e->info.name, format_bytes(need), need, percent_of_none(need, facts),
+        format_bytes(facts.none_device_bytes)));
   }
   attach_ssd_codecs(facts.ssd_codec, a.schedule);
   if (!ctx.ssd_codec && !a.schedule.ssd_codecs.empty()) {
