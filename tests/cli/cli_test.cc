@@ -1430,7 +1430,11 @@ TEST(Cli, TrainProfileOfTheInterleavedOrderTrainsThatOrder) {
   ASSERT_EQ(from_file.code, 0) << from_file.out;
   const auto j = nlohmann::json::parse(from_file.out);
   EXPECT_EQ(j["update_order"], "interleaved");
-  EXPECT_EQ(j["profile_source"], "file");
+  // The first plan is made from the file. A later one may be made from what this run measured
+  // when its iterations drift from the file's (the clean-clone CI's sanitizer run, two tests at
+  // once, drifted and re-planned: profile_source, the newest plan's, was then "measured").
+  ASSERT_FALSE(j["plan_versions"].empty());
+  EXPECT_EQ(j["plan_versions"][0]["figures"], "file") << j["loop_events"].dump();
   ASSERT_EQ(j["update_orders"].size(), 2u) << j["update_orders"].dump();
   EXPECT_EQ(j["update_orders"][0]["order"], "end");
   EXPECT_FALSE(j["update_orders"][0]["planned"].get<bool>());
